@@ -1,0 +1,25 @@
+# Two commands do all set-up: `make demo` (the main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test tour clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m shared.tour
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+tour: $(STAMP)
+	$(PY) -m shared.tour
+
+clean:
+	rm -rf outputs .pytest_cache

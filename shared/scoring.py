@@ -1,0 +1,163 @@
+"""Score functions: how well each key matches a query (step 2 of attention).
+
+Every score module has the same two-part interface, so a decoder can swap one for another:
+
+* ``precompute(keys)`` projects the keys once per sequence (the projection does not depend on
+  the decoding step, Xu et al. 2015 section 3.1.2 / Chorowski et al. 2015 eq. 8);
+* ``forward(query, projected_keys, prev_weights=None)`` scores one or more queries against
+  them, costing O(L * d) per query instead of a fresh O(L * d_k * d) projection.
+
+``score(query, keys)`` is the naive path that projects the keys on every call; the two give
+identical results, and the decoders only ever use the first.
+
+Queries may be `(B, D_q)` (one decoding step, scores `(B, L)`) or `(B, T, D_q)`
+(scores `(B, T, L)`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "Score",
+    "AdditiveScore",
+    "DotScore",
+    "GeneralScore",
+    "ScaledDotScore",
+    "LocationAwareScore",
+    "build_score",
+]
+
+
+class Score(nn.Module):
+    """Base class: ``precompute`` keys once, then ``forward`` per query."""
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        """Args: keys (torch.Tensor): `(B, L, D_k)`. Returns: projected keys `(B, L, *)`."""
+        return keys
+
+    def forward(
+        self, query: torch.Tensor, projected_keys: torch.Tensor, prev_weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor, prev_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Naive path: project the keys, then score. Same result as precompute + forward."""
+        return self(query, self.precompute(keys), prev_weights)
+
+
+def _as_steps(query: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """`(B, D)` -> `(B, 1, D)`, remembering to squeeze the step dimension back out."""
+    if query.dim() == 2:
+        return query.unsqueeze(1), True
+    if query.dim() == 3:
+        return query, False
+    raise ValueError(f"query must have shape (B, D) or (B, T, D), got {tuple(query.shape)}")
+
+
+class AdditiveScore(Score):
+    """Bahdanau (MLP) score ``e_i = v^T tanh(W_q q + W_k k_i + b)``.
+
+    Args:
+        query_dim (int): size of the query ``D_q``.
+        key_dim (int): size of the keys ``D_k``.
+        attention_dim (int): size of the hidden layer ``A``.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int):
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False)
+        self.key_proj = nn.Linear(key_dim, attention_dim)  # its bias is the b of the formula
+        self.v = nn.Linear(attention_dim, 1, bias=False)
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.key_proj(keys)  # (B, L, A)
+
+    def forward(self, query, projected_keys, prev_weights=None):
+        query, squeeze = _as_steps(query)
+        hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + projected_keys.unsqueeze(1))  # (B, T, L, A)
+        scores = self.v(hidden).squeeze(-1)  # (B, T, L)
+        return scores.squeeze(1) if squeeze else scores
+
+
+class DotScore(Score):
+    """Luong dot score ``e_i = q . k_i`` (requires ``D_q == D_k``)."""
+
+    def forward(self, query, projected_keys, prev_weights=None):
+        query, squeeze = _as_steps(query)
+        scores = query @ projected_keys.transpose(1, 2)  # (B, T, L)
+        return scores.squeeze(1) if squeeze else scores
+
+
+class ScaledDotScore(DotScore):
+    """Scaled dot product ``e_i = q . k_i / sqrt(D)`` (Vaswani et al. 2017)."""
+
+    def forward(self, query, projected_keys, prev_weights=None):
+        return super().forward(query, projected_keys) / math.sqrt(query.size(-1))
+
+
+class GeneralScore(DotScore):
+    """Luong general (bilinear) score ``e_i = q^T W k_i``.
+
+    Args:
+        query_dim (int): size of the query ``D_q``.
+        key_dim (int): size of the keys ``D_k``.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int):
+        super().__init__()
+        self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
+
+    def precompute(self, keys):
+        return self.key_proj(keys)  # (B, L, D_q): W k_i, so the score is a dot product
+
+
+class LocationAwareScore(AdditiveScore):
+    """Chorowski et al. 2015 location-aware score.
+
+    ``e_i = v^T tanh(W_q q + W_k k_i + U f_i + b)`` with ``f = F * alpha_prev``, a 1-D convolution
+    over the previous step's weights, so the model knows where it looked last (eq. 8-9).
+
+    Args:
+        query_dim (int): size of the query ``D_q``.
+        key_dim (int): size of the keys ``D_k``.
+        attention_dim (int): size of the hidden layer ``A``.
+        num_filters (int, optional): channels of the convolution. (Default: ``10``)
+        kernel_size (int, optional): odd width of the convolution. (Default: ``31``)
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int, num_filters: int = 10, kernel_size: int = 31):
+        super().__init__(query_dim, key_dim, attention_dim)
+        if kernel_size % 2 != 1:
+            raise ValueError(f"kernel_size must be odd so positions stay aligned, got {kernel_size}")
+        self.location_conv = nn.Conv1d(1, num_filters, kernel_size, padding=kernel_size // 2, bias=False)
+        self.location_proj = nn.Linear(num_filters, attention_dim, bias=False)
+
+    def forward(self, query, projected_keys, prev_weights=None):
+        if query.dim() != 2:
+            raise ValueError("LocationAwareScore scores one step at a time: query must be (B, D)")
+        if prev_weights is None:
+            prev_weights = projected_keys.new_zeros(projected_keys.shape[:2])
+        location = self.location_conv(prev_weights.unsqueeze(1)).transpose(1, 2)  # (B, L, F)
+        hidden = torch.tanh(
+            self.query_proj(query).unsqueeze(1) + projected_keys + self.location_proj(location)
+        )  # (B, L, A)
+        return self.v(hidden).squeeze(-1)  # (B, L)
+
+
+def build_score(kind: str, query_dim: int, key_dim: int, attention_dim: int, **kwargs) -> Score:
+    """Score module by name: ``additive``, ``location``, ``dot``, ``scaled_dot`` or ``general``."""
+    if kind == "additive":
+        return AdditiveScore(query_dim, key_dim, attention_dim)
+    if kind == "location":
+        return LocationAwareScore(query_dim, key_dim, attention_dim, **kwargs)
+    if kind in ("dot", "scaled_dot"):
+        if query_dim != key_dim:
+            raise ValueError(f"{kind} attention needs query_dim == key_dim, got {query_dim} and {key_dim}")
+        return DotScore() if kind == "dot" else ScaledDotScore()
+    if kind == "general":
+        return GeneralScore(query_dim, key_dim)
+    raise ValueError(f"unknown attention score {kind!r}; expected additive, location, dot, scaled_dot or general")

@@ -1,0 +1,113 @@
+"""Reading audio files into mono float tensors at the model's sample rate.
+
+Everything goes through ``soundfile`` (libsndfile, bundled in the wheel), which reads WAV,
+FLAC, OGG/Vorbis and MP3 with no system library. ``torchaudio.load`` is deliberately not used:
+since torchaudio 2.9 it needs TorchCodec and FFmpeg.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import soundfile as sf
+import torch
+from torchaudio.functional import resample
+
+__all__ = ["AudioError", "load_audio", "audio_duration", "AUDIO_FORMATS"]
+
+AUDIO_FORMATS = "WAV, FLAC, OGG or MP3"
+
+# A decoder may come up a little short of the header's frame count (MP3 encoder padding,
+# estimated lengths); only a larger gap means the file was cut off.
+_TRUNCATION_SLACK_FRAMES = 4096
+_TRUNCATION_SLACK_FRACTION = 0.1
+
+
+class AudioError(ValueError):
+    """An audio file is missing, empty, unreadable, truncated or holds no samples.
+
+    The message is one line that names the file and says what was expected.
+    """
+
+
+def _check_file(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise AudioError(f"{path}: file not found; expected a {AUDIO_FORMATS} audio file")
+    if not path.is_file():
+        raise AudioError(f"{path}: not a regular file; expected a {AUDIO_FORMATS} audio file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{path}: file is empty (0 bytes); expected a {AUDIO_FORMATS} audio file")
+    return path
+
+
+def _unreadable(path: Path, exc: Exception) -> AudioError:
+    # libsndfile's own words ("Format not recognised", "decoder lost sync") tell the user why.
+    reason = str(exc).replace(f"Error opening {str(path)!r}: ", "").strip() or type(exc).__name__
+    return AudioError(
+        f"{path}: not a readable audio file ({reason}); expected a {AUDIO_FORMATS} audio file"
+    )
+
+
+def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> torch.Tensor:
+    """Read an audio file as a mono waveform at ``sample_rate``.
+
+    Channels are averaged (any count), and the signal is resampled with
+    :func:`torchaudio.functional.resample` when the file's rate differs.
+
+    Args:
+        path (str or PathLike): a WAV, FLAC, OGG/Vorbis or MP3 file.
+        sample_rate (int, optional): rate of the returned waveform in Hz. (Default: ``16000``)
+
+    Returns:
+        torch.Tensor: float32 waveform with shape `(T,)`, values in about ``[-1, 1]``.
+
+    Raises:
+        AudioError: the file is missing, empty, not audio, truncated or corrupt, or has no
+            samples.
+    """
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be a positive number of Hz, got {sample_rate}")
+    path = _check_file(path)
+    try:
+        with sf.SoundFile(path) as f:
+            header_frames, native_rate = f.frames, f.samplerate
+            data = f.read(dtype="float32", always_2d=True)  # (T, C)
+    except (sf.SoundFileError, RuntimeError) as exc:
+        raise _unreadable(path, exc) from exc
+
+    decoded = data.shape[0]
+    if decoded == 0:
+        raise AudioError(f"{path}: contains no samples; expected at least one audio frame")
+    slack = max(_TRUNCATION_SLACK_FRAMES, int(header_frames * _TRUNCATION_SLACK_FRACTION))
+    if decoded + slack < header_frames:
+        raise AudioError(
+            f"{path}: truncated or corrupt; its header announces {header_frames} frames but "
+            f"only {decoded} could be decoded"
+        )
+
+    wave = torch.from_numpy(data).mean(dim=1)  # (T, C) -> (T,)
+    if native_rate != sample_rate:
+        wave = resample(wave, orig_freq=native_rate, new_freq=sample_rate)
+    return wave.contiguous()
+
+
+def audio_duration(path: str | os.PathLike) -> float:
+    """Duration of an audio file in seconds, read from its header without decoding.
+
+    Args:
+        path (str or PathLike): a WAV, FLAC, OGG/Vorbis or MP3 file.
+
+    Returns:
+        float: frames / sample rate. For MP3 this is the header's estimate.
+
+    Raises:
+        AudioError: the file is missing, empty or not a readable audio file.
+    """
+    path = _check_file(path)
+    try:
+        info = sf.info(str(path))
+    except (sf.SoundFileError, RuntimeError) as exc:
+        raise _unreadable(path, exc) from exc
+    return info.frames / info.samplerate

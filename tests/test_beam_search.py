@@ -1,0 +1,119 @@
+"""Batched beam search on tiny random models whose best outputs can be found exhaustively."""
+
+import itertools
+
+import pytest
+import torch
+
+from shared import beam_search, greedy_search
+
+SOS, EOS, VOCAB = 0, 3, 4
+
+
+def random_model(batch: int, max_len: int, seed: int, eos_bias: float = 0.0):
+    """A model whose next-token distribution depends on the sequence, the step and the last token."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, max_len, VOCAB, VOCAB, generator=generator) * 2
+    logits[..., EOS] += eos_bias
+    table = logits.log_softmax(-1)  # (B, step, last token, next token)
+
+    def step_fn(tokens, state):
+        sequence, step = state
+        log_probs = table[sequence, step, tokens]  # (N, V)
+        attention = torch.nn.functional.one_hot(step, max_len).float()  # marks the step: (N, L)
+        return log_probs, (sequence, step + 1), attention
+
+    initial_state = (torch.arange(batch), torch.zeros(batch, dtype=torch.long))
+    return table, step_fn, initial_state
+
+
+def exhaustive_best(table, sequence: int, max_len: int):
+    """Best finished sequence (ending in <eos> within max_len steps) by total log-probability."""
+    best = (float("-inf"), None)
+    for length in range(max_len):  # tokens before <eos>
+        for tokens in itertools.product([t for t in range(VOCAB) if t != EOS], repeat=length):
+            last, score = SOS, 0.0
+            for step, token in enumerate((*tokens, EOS)):
+                score += float(table[sequence, step, last, token])
+                last = token
+            best = max(best, (score, list(tokens)), key=lambda x: x[0])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_beam_search_with_a_wide_beam_equals_exhaustive_search(seed):
+    max_len, batch = 4, 3
+    table, step_fn, state = random_model(batch, max_len, seed)
+    results = beam_search(step_fn, state, batch, beam_size=200, sos=SOS, eos=EOS, max_len=max_len)
+    for b in range(batch):
+        score, tokens = exhaustive_best(table, b, max_len)
+        assert results[b][0].finished
+        assert results[b][0].tokens == tokens
+        assert results[b][0].score == pytest.approx(score, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_beam_one_equals_greedy(seed):
+    max_len, batch = 6, 5
+    _, step_fn, state = random_model(batch, max_len, seed, eos_bias=0.5)
+    beams = beam_search(step_fn, state, batch, beam_size=1, sos=SOS, eos=EOS, max_len=max_len)
+    greedy = greedy_search(step_fn, state, batch, sos=SOS, eos=EOS, max_len=max_len)
+    assert [hyps[0].tokens for hyps in beams] == greedy
+
+
+def test_batched_decoding_equals_one_sequence_at_a_time():
+    max_len, batch = 6, 4
+    table, step_fn, state = random_model(batch, max_len, seed=3, eos_bias=0.3)
+    batched = beam_search(step_fn, state, batch, beam_size=3, sos=SOS, eos=EOS, max_len=max_len, nbest=3)
+    for b in range(batch):
+        single_state = (torch.tensor([b]), torch.zeros(1, dtype=torch.long))
+        single = beam_search(step_fn, single_state, 1, beam_size=3, sos=SOS, eos=EOS, max_len=max_len, nbest=3)[0]
+        assert [h.tokens for h in batched[b]] == [h.tokens for h in single]
+        assert [h.score for h in batched[b]] == pytest.approx([h.score for h in single])
+
+
+def test_nbest_is_sorted_and_attention_has_one_row_per_token():
+    max_len, batch = 6, 2
+    _, step_fn, state = random_model(batch, max_len, seed=5, eos_bias=0.5)
+    results = beam_search(step_fn, state, batch, beam_size=4, sos=SOS, eos=EOS, max_len=max_len, nbest=4)
+    for hyps in results:
+        assert len(hyps) == 4
+        scores = [h.normalized_score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        for h in hyps:
+            assert h.attention.shape == (len(h.tokens), max_len)
+            # Row i is the attention of the step that produced token i (the model marks steps).
+            assert h.attention.argmax(-1).tolist() == list(range(len(h.tokens)))
+
+
+def test_returns_best_unfinished_hypothesis_when_nothing_ends():
+    max_len = 5
+    table, step_fn, state = random_model(2, max_len, seed=0, eos_bias=-1e9)
+    results = beam_search(step_fn, state, 2, beam_size=3, sos=SOS, eos=EOS, max_len=max_len)
+    for hyps in results:
+        assert not hyps[0].finished
+        assert len(hyps[0].tokens) == max_len
+        assert EOS not in hyps[0].tokens
+
+
+def test_per_sequence_max_len_is_respected():
+    table, step_fn, state = random_model(2, 8, seed=1, eos_bias=-1e9)
+    results = beam_search(step_fn, state, 2, beam_size=2, sos=SOS, eos=EOS, max_len=torch.tensor([3, 8]))
+    assert [len(h[0].tokens) for h in results] == [3, 8]
+
+
+def test_length_penalty_prefers_longer_hypotheses():
+    # Two continuations: stop now (log p = -1.0) or emit one token then stop (-0.8 + -0.8 = -1.6).
+    def step_fn(tokens, state):
+        (step,) = state
+        log_probs = torch.full((tokens.numel(), VOCAB), -50.0)
+        first = step == 0
+        log_probs[first, EOS], log_probs[first, 1] = -1.0, -0.8
+        log_probs[~first, EOS] = -0.8
+        return log_probs, (step + 1,), None
+
+    state = (torch.zeros(1, dtype=torch.long),)
+    raw = beam_search(step_fn, state, 1, beam_size=2, sos=SOS, eos=EOS, max_len=4)[0][0]
+    normalised = beam_search(step_fn, state, 1, beam_size=2, sos=SOS, eos=EOS, max_len=4, length_penalty=1.0)[0][0]
+    assert raw.tokens == [] and normalised.tokens == [1]  # -1.0 > -1.6, but -1.0/1 < -1.6/2
+    assert normalised.normalized_score == pytest.approx(-0.8)
