@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -254,9 +255,9 @@ def cider_d(
             ref_vecs, ref_norms = tfidf(ref_count)
             penalty = math.exp(-((length(hyp) - length(ref)) ** 2) / (2 * sigma**2))
             for n in range(max_n):
-                ref_vec = ref_vecs[n]
+                ref_weight = [ref_vecs[n].get(gram, 0.0) for gram in hyp_vecs[n]]
                 # "-D": clip the hypothesis weight by the reference's so repeats are not rewarded.
-                dot = sum(min(w, ref_vec.get(g, 0.0)) * ref_vec.get(g, 0.0) for g, w in hyp_vecs[n].items())
+                dot = sum(min(w, r) * r for w, r in zip(hyp_vecs[n].values(), ref_weight))
                 if hyp_norms[n] and ref_norms[n]:
                     per_n[n] += dot / (hyp_norms[n] * ref_norms[n]) * penalty
         scores.append(10.0 * sum(per_n) / max_n / len(refs))
@@ -313,6 +314,7 @@ def meteor_score(
     hypotheses: Sequence[Tokens],
     references: Sequence[Sequence[Tokens]],
     jar: str | Path | None = None,
+    timeout: float = 1800.0,
 ) -> float | None:
     """METEOR 1.5 as pycocoevalcap's ``Meteor``, or ``None`` where it cannot be computed.
 
@@ -325,6 +327,8 @@ def meteor_score(
         references (Sequence[Sequence[Sequence[str]]]): the tokenised references of each image.
         jar (str or Path or None, optional): the METEOR jar; ``None`` looks it up with
             :func:`find_meteor_jar`. (Default: ``None``)
+        timeout (float, optional): seconds after which a stuck METEOR process is killed and
+            ``None`` returned. (Default: ``1800``)
 
     Returns:
         float or None: METEOR on a 0..1 scale; ``None`` (with a warning if METEOR was found
@@ -344,6 +348,9 @@ def meteor_score(
             stderr=subprocess.DEVNULL,
             text=True,
         ) as process:
+            # A stuck JVM would block readline() for ever; killing it turns that into EOF.
+            watchdog = threading.Timer(timeout, process.kill)
+            watchdog.start()
             try:
                 stats = []
                 for hyp, refs in zip(hypotheses, references, strict=True):
@@ -355,6 +362,7 @@ def meteor_score(
                     process.stdout.readline()  # one score per image, then the corpus score
                 return float(process.stdout.readline())
             finally:
+                watchdog.cancel()
                 process.kill()
     except (OSError, ValueError, subprocess.SubprocessError) as error:
         warnings.warn(f"METEOR failed ({error}); reporting it as unavailable.")
@@ -385,11 +393,15 @@ def _tokenise_pairs(
     for key, hypothesis in hypotheses.items():
         captions = references[key]
         if not isinstance(hypothesis, str):
-            raise ValueError(f"hypotheses[{key!r}] must be a string, got {type(hypothesis).__name__}.")
+            kind = type(hypothesis).__name__
+            raise ValueError(f"hypotheses[{key!r}] must be a string, got {kind}.")
         if isinstance(captions, str) or not isinstance(captions, Sequence):
-            raise ValueError(f"references[{key!r}] must be a list of strings, got {type(captions).__name__}.")
+            kind = type(captions).__name__
+            raise ValueError(f"references[{key!r}] must be a list of strings, got {kind}.")
         if not captions:
-            raise ValueError(f"references[{key!r}] is empty; every image needs at least one reference.")
+            raise ValueError(
+                f"references[{key!r}] is empty; every image needs at least one reference."
+            )
         tokenised = [tokenize_caption(caption) for caption in captions]
         if not all(tokenised):
             raise ValueError(f"references[{key!r}] contains a caption with no words.")

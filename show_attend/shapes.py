@@ -140,20 +140,27 @@ def _row(box: Sequence[int], image_size: int) -> int:
     return min(int(centre * _GRID // image_size), _GRID - 1)
 
 
+def _smooth_noise(rng: np.random.Generator, cells: int, std: float, size: int) -> np.ndarray:
+    """Gaussian noise on a ``cells x cells`` grid, upsampled bicubically to `(size, size)`."""
+    coarse = rng.normal(0.0, std, size=(cells, cells)).astype(np.float32)
+    return np.asarray(Image.fromarray(coarse).resize((size, size), Image.Resampling.BICUBIC))
+
+
 def _background(rng: np.random.Generator, image_size: int) -> np.ndarray:
     """A grey, lightly textured background, `(S, S, 3)` uint8.
 
-    Smooth blotches plus faint pixel noise: enough texture that a model cannot find objects
-    by "anything not flat", little enough that PNGs stay small and shapes stay crisp.
+    Two octaves of smooth noise (cloudy blotches and a finer mottle): enough texture that a
+    model cannot find objects by "anything not flat". There is no per-pixel noise, which
+    would make each PNG about 4x larger and 3x slower to write.
     """
     level = rng.uniform(60.0, 100.0)
-    coarse = rng.normal(0.0, 10.0, size=(4, 4)).astype(np.float32)
-    blotches = np.asarray(
-        Image.fromarray(coarse).resize((image_size, image_size), Image.Resampling.BICUBIC)
+    grey = (
+        level
+        + _smooth_noise(rng, 4, 10.0, image_size)
+        + _smooth_noise(rng, 16, 5.0, image_size)
     )
-    noise = rng.normal(0.0, 2.0, size=(image_size, image_size, 3))
-    grey = level + blotches[..., None] + noise
-    return np.clip(np.rint(grey), 45, 115).astype(np.uint8)
+    grey = np.clip(np.rint(grey), 45, 115).astype(np.uint8)  # (S, S)
+    return np.repeat(grey[..., None], 3, axis=2)  # (S, S, 3)
 
 
 def _draw(draw: ImageDraw.ImageDraw, obj: ShapeObject) -> None:
@@ -384,7 +391,8 @@ def prepare_shapes(
                 rng = np.random.default_rng([seed, split_index, k])
                 scene = generate_scene(rng, image_size=image_size, max_objects=max_objects)
                 filename = f"shapes_{imgid:06d}.png"
-                scene.image.save(image_dir / filename)
+                # level 3: 2.4x faster than the default 6 for 15% larger files
+                scene.image.save(image_dir / filename, compress_level=3)
                 sentences = []
                 for tokens in scene.captions:
                     sentences.append(
@@ -415,6 +423,7 @@ def prepare_shapes(
 
     path = out_dir / "dataset_shapes.json"
     partial = path.with_suffix(".json.tmp")  # written whole, then renamed: never half a file
-    partial.write_text(json.dumps({"dataset": "shapes", "images": images}))
+    data = {"dataset": "shapes", "images": images}
+    partial.write_text(json.dumps(data, separators=(",", ":")))  # compact, as Karpathy's
     os.replace(partial, path)
     return path

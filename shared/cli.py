@@ -1,0 +1,66 @@
+"""The command-line frame both apps share: sub-commands, LightningCLI, one-line errors.
+
+``run_app`` dispatches ``fit|validate|test`` to LightningCLI and every other sub-command to
+the app's own handler. Any error a user can cause (a ``ValueError`` or ``OSError``, which
+covers the apps' own error classes) is printed as one line, ``error: ...``, with exit code 2;
+``--debug`` anywhere on the command line shows the full traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Callable, Sequence
+
+__all__ = ["run_app", "LIGHTNING_COMMANDS"]
+
+LIGHTNING_COMMANDS = ("fit", "validate", "test")
+
+
+def _usage(prog: str, commands: dict[str, Callable]) -> str:
+    names = " | ".join([*LIGHTNING_COMMANDS, *commands])
+    return f"usage: {prog} {{{names}}} [options]   ('{prog} COMMAND --help' for a command's options)"
+
+
+def run_app(
+    prog: str,
+    commands: dict[str, Callable[[list[str]], int | None]],
+    lightning: Callable[[list[str]], object],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Run one sub-command and turn user errors into one-line messages.
+
+    Args:
+        prog (str): program name for messages.
+        commands (dict): sub-command name -> handler taking the remaining arguments.
+        lightning (callable): runs LightningCLI on ``[command, *args]``.
+        argv (list of str or None): arguments; ``sys.argv[1:]`` when ``None``.
+
+    Returns:
+        int: process exit code (0 success, 2 user error, 130 interrupted).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("ATTEND_DEBUG") == "1"
+    args = [a for a in args if a != "--debug"]
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage(prog, commands))
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in commands and command not in LIGHTNING_COMMANDS:
+        print(f"{prog}: error: unknown command {command!r}\n{_usage(prog, commands)}", file=sys.stderr)
+        return 2
+    try:
+        if command in commands:
+            return int(commands[command](rest) or 0)
+        lightning([command, *rest])
+        return 0
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, RuntimeError) as err:
+        if debug:
+            traceback.print_exc()
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2

@@ -1,0 +1,185 @@
+"""Text to speech with espeak-ng through ctypes, for the built-in spoken corpus.
+
+The ``espeakng-loader`` wheel ships ``libespeak-ng.so`` (1.52) and its data, so no system
+package is needed. The C API used (``speak_lib.h``)::
+
+    int  espeak_Initialize(espeak_AUDIO_OUTPUT output, int buflength, const char *path, int options);
+    void espeak_SetSynthCallback(int (*cb)(short *wav, int numsamples, espeak_EVENT *events));
+    espeak_ERROR espeak_SetVoiceByName(const char *name);
+    espeak_ERROR espeak_SetParameter(espeak_PARAMETER parameter, int value, int relative);
+    espeak_ERROR espeak_Synth(const void *text, size_t size, unsigned int position,
+                              espeak_POSITION_TYPE position_type, unsigned int end_position,
+                              unsigned int flags, unsigned int *unique_identifier, void *user_data);
+    espeak_ERROR espeak_Synchronize(void);
+    espeak_ERROR espeak_Terminate(void);
+    espeak_ng_STATUS espeak_ng_SetRandSeed(long seed);
+
+Why the library is reloaded for every call: espeak keeps synthesis state in static
+variables that neither ``espeak_Terminate`` nor ``espeak_Initialize`` resets (the pitch
+"flutter" index, the gain control, the libc ``rand()`` stream used for breath noise), so the
+same text comes out different depending on what was spoken before. Unloading the library
+(``dlclose``) and loading it again restores its static data from the file, which makes
+:func:`synthesize` a pure function of its arguments at about 4 ms per call.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import threading
+from pathlib import Path
+
+import espeakng_loader
+import numpy as np
+
+__all__ = ["EspeakError", "synthesize", "ESPEAK_SAMPLE_RATE"]
+
+ESPEAK_SAMPLE_RATE = 22050  # what espeak_Initialize returns for every non-MBROLA voice
+
+# Constants from speak_lib.h.
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_INITIALIZE_DONT_EXIT = 0x8000  # report missing data as an error instead of calling exit()
+_POS_CHARACTER = 1
+_CHARS_UTF8 = 1
+_PARAM_RATE, _PARAM_VOLUME, _PARAM_PITCH = 1, 2, 3
+_EE_OK = 0
+
+# int (*t_espeak_callback)(short *wav, int numsamples, espeak_EVENT *events): return 0 to go on.
+_SynthCallback = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
+)
+
+
+class EspeakError(RuntimeError):
+    """espeak-ng could not be loaded, did not know a voice, or failed to synthesise."""
+
+
+class _Engine:
+    """One process-wide espeak-ng instance; every call holds the lock (espeak is not reentrant)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lib: ctypes.CDLL | None = None
+        self.chunks: list[bytes] = []
+        # Kept on the instance so the C side never calls a collected Python object.
+        self.callback = _SynthCallback(self._on_audio)
+        self.libc = ctypes.CDLL(None)
+        self.libc.srand.argtypes = [ctypes.c_uint]
+        self.libc.srand.restype = None
+
+    def _on_audio(self, wav, numsamples, events) -> int:
+        if numsamples > 0 and wav:
+            self.chunks.append(ctypes.string_at(wav, numsamples * ctypes.sizeof(ctypes.c_short)))
+        return 0
+
+    def _unload(self) -> None:
+        if self.lib is not None:
+            self.lib.espeak_Terminate()
+            _ctypes.dlclose(self.lib._handle)
+            self.lib = None
+
+    def reload(self) -> ctypes.CDLL:
+        self._unload()
+        lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_Initialize.restype = ctypes.c_int
+        lib.espeak_SetSynthCallback.argtypes = [_SynthCallback]
+        lib.espeak_SetSynthCallback.restype = None
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_SetVoiceByName.restype = ctypes.c_int
+        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_SetParameter.restype = ctypes.c_int
+        lib.espeak_Synth.argtypes = [
+            ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
+            ctypes.c_uint, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p,
+        ]
+        lib.espeak_Synth.restype = ctypes.c_int
+        lib.espeak_Synchronize.argtypes = []
+        lib.espeak_Synchronize.restype = ctypes.c_int
+        lib.espeak_Terminate.argtypes = []
+        lib.espeak_Terminate.restype = ctypes.c_int
+        lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
+        lib.espeak_ng_SetRandSeed.restype = ctypes.c_int  # espeak_ng_STATUS, 0 = ENS_OK
+
+        data_path = espeakng_loader.get_data_path().encode()
+        rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_path, _INITIALIZE_DONT_EXIT)
+        if rate != ESPEAK_SAMPLE_RATE:
+            _ctypes.dlclose(lib._handle)
+            raise EspeakError(
+                f"espeak_Initialize returned {rate}; expected sample rate {ESPEAK_SAMPLE_RATE} "
+                f"(data folder {data_path.decode()})"
+            )
+        lib.espeak_SetSynthCallback(self.callback)
+        self.lib = lib
+        return lib
+
+
+_ENGINE = _Engine()
+
+
+def _check(status: int, what: str) -> None:
+    if status != _EE_OK:
+        raise EspeakError(f"{what} failed with espeak error {status}")
+
+
+def _check_variant(voice: str) -> None:
+    # espeak_SetVoiceByName silently ignores an unknown "+variant" and speaks the plain voice.
+    _, plus, variant = voice.partition("+")
+    if plus and not (Path(espeakng_loader.get_data_path()) / "voices" / "!v" / variant).is_file():
+        raise EspeakError(f"unknown espeak voice variant {variant!r} in {voice!r}")
+
+
+def synthesize(
+    text: str,
+    voice: str = "gmw/en",
+    rate: int = 175,
+    pitch: int = 50,
+    volume: int = 100,
+    seed: int = 0,
+) -> np.ndarray:
+    """Speak ``text`` with espeak-ng; the same arguments always give the same samples.
+
+    Args:
+        text (str): plain text (no SSML), UTF-8 encodable.
+        voice (str, optional): espeak voice id, optionally with a variant, e.g. ``"gmw/en"``,
+            ``"gmw/en-US+f3"``, ``"gmw/en-GB-scotland+klatt"``. (Default: ``"gmw/en"``)
+        rate (int, optional): speaking rate in words per minute, 80 to 450. (Default: ``175``)
+        pitch (int, optional): base pitch, 0 to 100 (50 is the voice's normal). (Default: ``50``)
+        volume (int, optional): amplitude, 0 to 200 (100 is normal). (Default: ``100``)
+        seed (int, optional): seed of espeak's noise generators. (Default: ``0``)
+
+    Returns:
+        np.ndarray: int16 waveform with shape `(T,)` at ``ESPEAK_SAMPLE_RATE`` Hz.
+
+    Raises:
+        EspeakError: the voice or variant is unknown, or synthesis failed.
+        ValueError: an argument is out of range.
+    """
+    if not 80 <= rate <= 450:
+        raise ValueError(f"rate must be 80 to 450 words per minute, got {rate}")
+    if not 0 <= pitch <= 100:
+        raise ValueError(f"pitch must be 0 to 100, got {pitch}")
+    if not 0 <= volume <= 200:
+        raise ValueError(f"volume must be 0 to 200, got {volume}")
+    _check_variant(voice)
+    encoded = text.encode("utf-8")
+    with _ENGINE.lock:
+        lib = _ENGINE.reload()
+        status = lib.espeak_SetVoiceByName(voice.encode("utf-8"))
+        if status != _EE_OK:
+            raise EspeakError(f"unknown espeak voice {voice!r} (espeak error {status})")
+        _check(lib.espeak_SetParameter(_PARAM_RATE, rate, 0), "setting the rate")
+        _check(lib.espeak_SetParameter(_PARAM_PITCH, pitch, 0), "setting the pitch")
+        _check(lib.espeak_SetParameter(_PARAM_VOLUME, volume, 0), "setting the volume")
+        _check(lib.espeak_ng_SetRandSeed(seed), "espeak_ng_SetRandSeed")
+        _ENGINE.libc.srand(seed & 0xFFFFFFFF)  # ApplyBreath() draws from libc rand()
+        _ENGINE.chunks.clear()
+        # size counts the terminating NUL; the synchronous mode returns when all audio is out.
+        _check(
+            lib.espeak_Synth(encoded, len(encoded) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None),
+            "espeak_Synth",
+        )
+        _check(lib.espeak_Synchronize(), "espeak_Synchronize")
+        audio = np.frombuffer(b"".join(_ENGINE.chunks), dtype=np.int16).copy()
+        _ENGINE.chunks.clear()
+    return audio

@@ -1,0 +1,85 @@
+"""Safe model loading and the shared command-line frame."""
+
+import os
+
+import pytest
+import torch
+
+from shared.checkpoint import CheckpointError, export_folder, load_model_files, safe_torch_load
+from shared.cli import run_app
+
+
+class _Payload:
+    """Unpickling this would create a file: the proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker,))
+
+
+def test_crafted_pickle_checkpoint_is_refused_and_nothing_in_it_runs(tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"x": _Payload(str(marker))}}, path)
+    with pytest.raises(CheckpointError, match="evil.ckpt: refused to load"):
+        load_model_files(path)
+    assert not marker.exists()
+
+
+def test_plain_checkpoint_round_trips(tmp_path):
+    path = tmp_path / "ok.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": {"vocab": ["a", "b"], "dim": 4}}, path)
+    state, config = load_model_files(path)
+    assert torch.equal(state["w"], torch.ones(2)) and config == {"vocab": ["a", "b"], "dim": 4}
+
+
+def test_exported_folder_round_trips_with_no_pickle(tmp_path):
+    shared_storage = torch.arange(6.0)
+    out = export_folder(tmp_path / "model", {"a": shared_storage[:3], "b": shared_storage}, {"name": "x"})
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    state, config = load_model_files(out)
+    assert torch.equal(state["a"], torch.arange(3.0)) and config == {"name": "x"}
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all"])
+def test_empty_or_corrupt_checkpoint_gives_an_error_naming_the_file(tmp_path, content):
+    path = tmp_path / "bad.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match="bad.ckpt"):
+        safe_torch_load(path)
+    with pytest.raises(CheckpointError, match="not found"):
+        safe_torch_load(tmp_path / "missing.ckpt")
+
+
+def test_incomplete_export_folder_is_reported(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        load_model_files(tmp_path)
+
+
+def test_cli_turns_user_errors_into_one_line_and_exit_code_2(capsys):
+    def broken(args):
+        raise ValueError(f"{args[0]}: expected a PNG image\nsecond line hidden")
+
+    code = run_app("tool", {"caption": broken}, lightning=lambda args: None, argv=["caption", "x.png"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == "tool: error: x.png: expected a PNG image"
+
+
+def test_cli_debug_flag_shows_the_traceback(capsys):
+    def broken(args):
+        raise ValueError("boom")
+
+    assert run_app("tool", {"go": broken}, lightning=lambda a: None, argv=["go", "--debug"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_cli_rejects_unknown_commands_and_routes_lightning_ones(capsys):
+    seen = []
+    assert run_app("tool", {}, lightning=seen.append, argv=["fit", "--config", "c.yaml"]) == 0
+    assert seen == [["fit", "--config", "c.yaml"]]
+    assert run_app("tool", {}, lightning=seen.append, argv=["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
