@@ -55,7 +55,7 @@ Tokens = Sequence[str]
 # ---------------------------------------------------------------------------------------------
 
 # The COCO pipeline lower-cases *before* it drops its punctuation list, so the PTB bracket
-# tokens (-LRB- ...) survive as "-lrb-" in every published number; we reproduce that.
+# tokens (-LRB- ...) survive as "-lrb-" in COCO-evaluated numbers; we reproduce that.
 _BRACKETS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-"}
 # Tokens the COCO evaluation removes after PTB tokenisation (its PUNCTUATIONS list).
 _DROPPED = {"''", "'", "``", "`", ".", "?", "!", ",", ":", "-", "--", "...", ";"}
@@ -111,7 +111,7 @@ def tokenize_caption(text: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 # pycocoevalcap's guards: TINY keeps a zero match count (almost) zero, SMALL avoids dividing
-# by zero. They matter: with no 4-gram match BLEU-4 is about 1e-4, not 0, as in the COCO code.
+# by zero. They show: with no 4-gram match in the corpus BLEU-4 is tiny, yet not exactly 0.
 _BLEU_TINY = 1e-15
 _BLEU_SMALL = 1e-9
 
