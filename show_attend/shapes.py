@@ -28,7 +28,8 @@ Caption grammar (sentence 0, the canonical caption)::
 e.g. ``a big red circle left of a small blue square above a big green triangle``. Four
 paraphrases follow it (sentences 1-4) so BLEU and CIDEr have several references: ``there is
 ...`` with ``to the left of``; the canonical caption without sizes; the objects in reverse
-order with ``right of`` / ``below``; and ``A with B and C ...``.
+order with ``right of`` / ``below``; and ``A with B and C ...`` (for a lone object: ``a
+single ...`` and ``a picture of ...``). All five use 28 words.
 """
 
 from __future__ import annotations
@@ -201,7 +202,9 @@ def _object_phrase(obj: ShapeObject, sizes: bool = True) -> list[str]:
     return ["an" if words[0][0] in "aeiou" else "a"] + words
 
 
-def _captions(objects: list[ShapeObject], image_size: int) -> tuple[list[list[str]], list[list[int]]]:
+def _captions(
+    objects: list[ShapeObject], image_size: int
+) -> tuple[list[list[str]], list[list[int]]]:
     """The canonical caption, its four paraphrases, and the word indices of each object."""
     rows = [_row(obj.box, image_size) for obj in objects]
     same_row = [rows[k] == rows[k + 1] for k in range(len(objects) - 1)]
@@ -214,11 +217,13 @@ def _captions(objects: list[ShapeObject], image_size: int) -> tuple[list[list[st
         return tokens
 
     forward = list(range(len(objects)))
-    canonical = chain(forward, ["left", "of"], ["above"])
-    words, position = [], 0
-    for k in forward:
-        words.append([position + 1, position + 2, position + 3])  # skip the article "a"
-        position += 4 + (0 if k == len(objects) - 1 else (2 if same_row[k] else 1))
+    canonical, words = [], []
+    for k, obj in enumerate(objects):
+        if k > 0:
+            canonical += ["left", "of"] if same_row[k - 1] else ["above"]
+        start = len(canonical) + 1  # after the article
+        words.append([start, start + 1, start + 2])
+        canonical += _object_phrase(obj)
 
     there_is = ["there", "is"] + chain(forward, ["to", "the", "left", "of"], ["above"])
     no_sizes = chain(forward, ["left", "of"], ["above"], sizes=False)
