@@ -1,0 +1,192 @@
+"""The main job: train both apps on built-in data and show what they learned.
+
+    python scripts/demo.py [--fresh] [--out outputs/demo]
+
+Each stage is skipped when its result is already there, so a second run reuses the prepared
+data and trained checkpoints and takes about a minute; ``--fresh`` starts over. Every stage
+runs the apps' own command lines, so what the demo shows is what a user gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import soundfile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from demo_page import build_page  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOW_IMAGES, SPEECH_FILES = 6, 6
+
+
+def _stage(title: str) -> None:
+    print(f"\n==> {title}", flush=True)
+
+
+def _run(args: list[str]) -> None:
+    """Run one app command, its progress streaming to the terminal; stop the demo if it fails."""
+    print("   $ " + " ".join(args[2:] if args[:2] == [sys.executable, "-m"] else args), flush=True)
+    result = subprocess.run(args, cwd=ROOT)
+    if result.returncode != 0:
+        raise SystemExit(f"demo: the step above failed (exit code {result.returncode})")
+
+
+def _app(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"{module}.cli", *map(str, args)]
+
+
+def _json_lines(args: list[str]) -> list[dict]:
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"demo: {' '.join(args[2:])} failed:\n{result.stderr.strip()}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def _train(module: str, config: str, run_dir: Path, data_dir: Path) -> tuple[Path, float]:
+    """Fit (unless a finished checkpoint exists) and test; returns the checkpoint and fit seconds."""
+    checkpoint, timing = run_dir / "checkpoints" / "last.ckpt", run_dir / "train_seconds.txt"
+    if not (checkpoint.is_file() and timing.is_file()):
+        start = time.perf_counter()
+        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir, "--trainer.default_root_dir", run_dir))
+        timing.write_text(f"{time.perf_counter() - start:.1f}\n")
+        (run_dir / "test_metrics.json").unlink(missing_ok=True)
+    else:
+        print(f"   reusing {checkpoint.relative_to(ROOT)}")
+    if not (run_dir / "test_metrics.json").is_file():
+        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir,
+                  "--trainer.default_root_dir", run_dir, "--ckpt_path", checkpoint))
+    return checkpoint, float(timing.read_text())
+
+
+def _curves(run_dir: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
+    """Training loss and the main validation metric against steps, from the CSV logger."""
+    series: dict[str, list[tuple[int, float]]] = {"train loss": [], main_metric: []}
+    for path in sorted(run_dir.glob("**/metrics.csv")):
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                for name, column in (("train loss", "train_loss"), (main_metric, f"val_{main_metric}")):
+                    value = row.get(column) or row.get(column + "_epoch") or row.get(column + "_step")
+                    if value:
+                        series[name].append((int(row.get("step") or 0), float(value)))
+    return series
+
+
+def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
+    from shared.plots import save_curves
+
+    data_dir, run_dir = data_root / "shapes", out / "runs" / "captioner"
+    _stage("Captioner 1/3: built-in shapes data")
+    if not (data_dir / "dataset_shapes.json").is_file():
+        _run(_app("show_attend", "prepare", "shapes", "--out", data_dir))
+    else:
+        print(f"   reusing {data_dir.relative_to(ROOT)}")
+    _stage("Captioner 2/3: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
+    checkpoint, seconds = _train("show_attend", "configs/show_attend/demo.yaml", run_dir, data_dir)
+    test = json.loads((run_dir / "test_metrics.json").read_text())
+
+    _stage("Captioner 3/3: caption test images with attention overlays")
+    dataset = json.loads((data_dir / "dataset_shapes.json").read_text())
+    tests = [im for im in dataset["images"] if im["split"] == "test"][:SHOW_IMAGES]
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    images = [shutil.copy(data_dir / "images" / im["filename"], out / "images" / im["filename"]) for im in tests]
+    lines = _json_lines(_app("show_attend", "caption", "--ckpt", checkpoint, *images, "--overlay-dir", out / "overlays", "--json"))
+    captions = []
+    for im, line in zip(tests, lines):
+        print(f"   {im['filename']}: {line['caption']}")
+        captions.append({
+            "image": f"images/{im['filename']}",
+            "caption": line["caption"],
+            "reference": im["sentences"][0]["raw"],
+            "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
+        })
+    curve = out / "curves" / "captioner.png"
+    save_curves(_curves(run_dir, "exact_match"), curve, "captioner (shapes, soft attention)")
+    metrics = {
+        "exact_match": test.get("exact_match"),
+        "bleu4": test.get("bleu4"),
+        "cider": test.get("cider"),
+        "pointing_accuracy": test.get("pointing_accuracy"),
+        "train_seconds": seconds,
+    }
+    return metrics, captions, {"Captioner": "curves/captioner.png"}
+
+
+def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
+    from shared.plots import save_curves
+    from speech_attend.corpora import read_librispeech
+
+    data_dir, run_dir = data_root / "synth", out / "runs" / "recognizer"
+    _stage("Recognizer 1/3: built-in synthesised speech (espeak-ng)")
+    if not (data_dir / "test").is_dir():
+        _run(_app("speech_attend", "prepare", "synth", "--out", data_dir))
+    else:
+        print(f"   reusing {data_dir.relative_to(ROOT)}")
+    _stage("Recognizer 2/3: train LAS (configs/speech_attend/demo.yaml), then test on held-out voices")
+    checkpoint, seconds = _train("speech_attend", "configs/speech_attend/demo.yaml", run_dir, data_dir)
+    test = json.loads((run_dir / "test_metrics.json").read_text())
+
+    _stage("Recognizer 3/3: transcribe test files with alignment plots")
+    utterances = read_librispeech(data_dir, subsets=["test"])[:SPEECH_FILES]
+    (out / "audio").mkdir(parents=True, exist_ok=True)
+    audio_files = []
+    for utt in utterances:  # WAV plays in every browser
+        samples, rate = soundfile.read(utt.audio_path)
+        target = out / "audio" / (Path(utt.audio_path).stem + ".wav")
+        soundfile.write(target, samples, rate)
+        audio_files.append(target)
+    lines = _json_lines(_app("speech_attend", "transcribe", "--ckpt", checkpoint, *audio_files,
+                             "--alignment-dir", out / "alignments", "--json"))
+    transcripts = []
+    for utt, path, line in zip(utterances, audio_files, lines):
+        print(f"   {path.name}: {line['text']}")
+        alignment = out / "alignments" / (path.stem + ".png")
+        transcripts.append({
+            "audio": f"audio/{path.name}",
+            "reference": utt.text.lower(),
+            "text": line["text"],
+            "alignment": f"alignments/{alignment.name}" if alignment.is_file() else None,
+            "duration_s": line.get("duration_s", 0.0),
+        })
+    save_curves(_curves(run_dir, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
+    metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
+    return metrics, transcripts, {"Recognizer": "curves/recognizer.png"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "demo", help="where results go")
+    parser.add_argument("--data", type=Path, default=ROOT / "data", help="where built-in data is generated")
+    parser.add_argument("--fresh", action="store_true", help="delete earlier results and data, start over")
+    args = parser.parse_args(argv)
+    out, data_root = args.out.resolve(), args.data.resolve()
+    if args.fresh:
+        for path in (out, data_root / "shapes", data_root / "synth"):
+            shutil.rmtree(path, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    caption_metrics, captions, caption_curves = captioner(out, data_root)
+    speech_metrics, transcripts, speech_curves = recognizer(out, data_root)
+    metrics = {"captioner": caption_metrics, "recognizer": speech_metrics}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    page = build_page(out, metrics, captions, transcripts, {**caption_curves, **speech_curves})
+
+    _stage(f"Done in {time.perf_counter() - start:.0f} s")
+    print(f"   open {page}")
+    c, r = caption_metrics, speech_metrics
+    print(f"   captioner : exact match {c['exact_match']:.3f}  BLEU-4 {c['bleu4']:.3f}  CIDEr {c['cider']:.3f}  "
+          f"pointing {c['pointing_accuracy']:.3f}  (trained {c['train_seconds']:.0f} s)")
+    print(f"   recognizer: WER {r['wer']:.3f}  CER {r['cer']:.3f}  (trained {r['train_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
