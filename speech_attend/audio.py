@@ -45,6 +45,8 @@ def _check_file(path: str | os.PathLike) -> Path:
 def _unreadable(path: Path, exc: Exception) -> AudioError:
     # libsndfile's own words ("Format not recognised", "decoder lost sync") tell the user why.
     reason = str(exc).replace(f"Error opening {str(path)!r}: ", "").strip() or type(exc).__name__
+    if "does not exist" in reason:  # libsndfile's words for some unparseable MP3s
+        reason = "unrecognised or corrupt data"
     return AudioError(
         f"{path}: not a readable audio file ({reason}); expected a {AUDIO_FORMATS} audio file"
     )
