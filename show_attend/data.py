@@ -1,0 +1,416 @@
+"""Caption data: Karpathy split files, images, vocabulary, batches.
+
+One reader serves every data set the captioner knows, because they all come as a Karpathy
+split file (``dataset_coco.json``, ``dataset_flickr8k.json``, ``dataset_flickr30k.json``, or the
+built-in ``dataset_shapes.json`` from :mod:`show_attend.shapes`)::
+
+    {"images": [{"filename": "...jpg", "filepath": "val2014",    # filepath: COCO only
+                 "split": "train|val|test|restval",               # restval joins train
+                 "sentences": [{"tokens": ["a", "dog"], "raw": "A dog."}, ...],
+                 "objects": [{"box": [x0, y0, x1, y1], "words": [1, 2, 3]}, ...]}]}  # shapes only
+
+Images live in ``image_dir`` (by default ``data_dir/images`` when that folder exists, else
+``data_dir``), under ``filepath/filename`` or just ``filename``.
+
+Training draws one of an image's references at random each time the image is seen, so an
+epoch is one pass over the *images* (as in the paper's code), not over every caption.
+With a frozen encoder the features of every image can be computed once into a memory-mapped
+cache (:meth:`CaptionDataModule.attach_feature_cache`); batches then carry ``features``
+instead of ``images``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms
+
+from shared import Vocabulary
+
+__all__ = [
+    "DataError",
+    "ImageError",
+    "CaptionRecord",
+    "read_karpathy",
+    "find_karpathy_file",
+    "load_image",
+    "image_transform",
+    "build_vocabulary",
+    "CaptionDataset",
+    "collate",
+    "CaptionDataModule",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+]
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # restval folds into train
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+class DataError(ValueError):
+    """A malformed split file or data folder; the message names the file and entry."""
+
+
+class ImageError(ValueError):
+    """An image file that is missing or cannot be decoded; the message names the file."""
+
+
+@dataclass
+class CaptionRecord:
+    """One image and its reference captions.
+
+    Args:
+        path (Path): the image file.
+        split (str): ``train``, ``val`` or ``test`` (``restval`` already folded into ``train``).
+        references (list of list of str): tokenised, lower-case reference captions.
+        objects (list of dict): shapes data only: per object ``box`` (pixels) and ``words``
+            (indices into ``references[0]``).
+    """
+
+    path: Path
+    split: str
+    references: list[list[str]]
+    objects: list[dict] = field(default_factory=list)
+
+
+def _tokens(sentence: dict) -> list[str]:
+    tokens = sentence.get("tokens")
+    if isinstance(tokens, list) and tokens:
+        return [str(t).lower() for t in tokens]
+    return _WORD.findall(str(sentence.get("raw", "")).lower())
+
+
+def read_karpathy(json_path: str | Path, image_dir: str | Path) -> list[CaptionRecord]:
+    """Read a Karpathy-format split file (COCO, Flickr8k/30k or shapes form).
+
+    Args:
+        json_path (str or Path): the ``dataset_*.json`` file.
+        image_dir (str or Path): folder holding the images (COCO: holding the ``filepath`` folders).
+
+    Returns:
+        list of CaptionRecord: in file order; ``restval`` images are in the ``train`` split.
+
+    Raises:
+        DataError: the file is missing, not JSON, or an entry lacks a field (the message names
+            the entry).
+    """
+    json_path, image_dir = Path(json_path), Path(image_dir)
+    try:
+        data = json.loads(json_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{json_path}: split file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{json_path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise DataError(f"{json_path}: expected a Karpathy split file, a JSON object with an 'images' list")
+    records = []
+    for i, entry in enumerate(data["images"]):
+        where = f"{json_path}: images[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str):
+            raise DataError(f"{where}: expected an object with a 'filename' string")
+        where += f" ({entry['filename']})"
+        split = _SPLITS.get(entry.get("split"))
+        if split is None:
+            raise DataError(f"{where}: 'split' is {entry.get('split')!r}; expected train, val, test or restval")
+        sentences = entry.get("sentences")
+        if not isinstance(sentences, list) or not all(isinstance(s, dict) for s in sentences):
+            raise DataError(f"{where}: expected a 'sentences' list of objects with 'tokens' or 'raw'")
+        references = [tokens for tokens in map(_tokens, sentences) if tokens]
+        if not references:
+            raise DataError(f"{where}: no sentence has any words")
+        path = image_dir / entry.get("filepath", "") / entry["filename"]
+        records.append(CaptionRecord(path, split, references, list(entry.get("objects") or [])))
+    return records
+
+
+def find_karpathy_file(data_dir: str | Path) -> Path:
+    """The one ``dataset_*.json`` in ``data_dir``."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(
+            f"{data_dir}: data folder not found (for the built-in data run `show-attend prepare shapes --out {data_dir}`)"
+        )
+    found = sorted(data_dir.glob("dataset_*.json"))
+    if len(found) != 1:
+        what = "no dataset_*.json" if not found else f"{len(found)} dataset_*.json files"
+        raise DataError(f"{data_dir}: found {what}; set data.json_file to the Karpathy split file")
+    return found[0]
+
+
+def load_image(path: str | Path) -> Image.Image:
+    """Any Pillow-readable image as 8-bit RGB: greyscale is repeated, alpha composited on white,
+    16-bit and 32-bit images scaled down to 8 bits.
+
+    Raises:
+        ImageError: missing, empty, not an image, or truncated.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ImageError(f"{path}: image not found")
+    try:
+        with Image.open(path) as image:
+            image.load()
+            if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+                pixels = np.asarray(image, dtype=np.float32)
+                top = 65535.0 if image.mode.startswith("I;16") or pixels.max() > 255 else 255.0
+                image = Image.fromarray(np.clip(pixels / top * 255.0 + 0.5, 0, 255).astype(np.uint8))
+            if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+                rgba = image.convert("RGBA")
+                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                return Image.alpha_composite(background, rgba).convert("RGB")
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ImageError(f"{path}: not a readable image ({reason})") from None
+
+
+def image_transform(image_size: int, augment: bool = False) -> Callable[[Image.Image], torch.Tensor]:
+    """PIL image -> normalised `(3, S, S)` tensor.
+
+    The whole image is resized to a square (nothing cropped away that a caption may mention).
+    Augmentation is a mild crop and colour jitter; never a flip, which would swap "left" and
+    "right" in the captions.
+    """
+    steps: list = [transforms.Resize((image_size, image_size), antialias=True)]
+    if augment:
+        steps = [
+            transforms.RandomResizedCrop(image_size, scale=(0.85, 1.0), ratio=(0.9, 1.1), antialias=True),
+            transforms.ColorJitter(0.2, 0.2, 0.2),
+        ]
+    return transforms.Compose([*steps, transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def build_vocabulary(records: list[CaptionRecord], min_freq: int = 5, max_size: int | None = None) -> Vocabulary:
+    """Vocabulary of the words of the training captions (all references of each image)."""
+    return Vocabulary.build(
+        (tokens for r in records if r.split == "train" for tokens in r.references), min_freq=min_freq, max_size=max_size
+    )
+
+
+class CaptionDataset(Dataset):
+    """Images with captions for one split.
+
+    Args:
+        records (list of CaptionRecord): the split's images.
+        vocabulary (Vocabulary): maps words to ids.
+        transform (callable): PIL image -> `(3, S, S)` tensor.
+        train (bool): draw a random reference each time; otherwise always the first.
+        max_caption_length (int): longer captions are cut to this many words.
+        features (np.ndarray or None): cached encoder features `(N, L, D)` used instead of images.
+    """
+
+    def __init__(
+        self,
+        records: list[CaptionRecord],
+        vocabulary: Vocabulary,
+        transform: Callable[[Image.Image], torch.Tensor],
+        train: bool,
+        max_caption_length: int = 50,
+        features: np.ndarray | None = None,
+    ):
+        self.records, self.vocabulary, self.transform = records, vocabulary, transform
+        self.train, self.max_caption_length, self.features = train, max_caption_length, features
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> dict:
+        record = self.records[index]
+        choice = int(torch.randint(len(record.references), ())) if self.train else 0
+        words = record.references[choice][: self.max_caption_length]
+        item = {"index": index, "caption": torch.tensor(self.vocabulary.encode(words, add_sos=True, add_eos=True))}
+        if self.features is not None:
+            item["features"] = torch.from_numpy(np.asarray(self.features[index], dtype=np.float32))
+        else:
+            image = load_image(record.path)
+            item["image"] = self.transform(image)
+            item["size"] = image.size
+        if not self.train:
+            if "size" not in item and record.objects:  # pointing accuracy needs the original size
+                with Image.open(record.path) as image:
+                    item["size"] = image.size
+            item["references"] = [" ".join(tokens) for tokens in record.references]
+            item["key"] = str(record.path)
+            item["objects"] = record.objects
+        return item
+
+
+def collate(items: list[dict]) -> dict:
+    """Stack a list of items into a batch.
+
+    Returns:
+        dict: ``captions`` `(B, T + 1)` (``<sos>`` ... ``<eos>``, padded with 0), ``lengths`` `(B,)`
+        (targets per caption, ``<eos>`` included), ``index`` `(B,)`, and either ``images``
+        `(B, 3, S, S)` or ``features`` `(B, L, D)`; evaluation batches also carry the lists
+        ``references``, ``keys``, ``objects`` and ``sizes`` (original width, height).
+    """
+    captions = [item["caption"] for item in items]
+    batch = {
+        "captions": torch.nn.utils.rnn.pad_sequence(captions, batch_first=True, padding_value=0),
+        "lengths": torch.tensor([len(c) - 1 for c in captions]),
+        "index": torch.tensor([item["index"] for item in items]),
+    }
+    if "features" in items[0]:
+        batch["features"] = torch.stack([item["features"] for item in items])
+    else:
+        batch["images"] = torch.stack([item["image"] for item in items])
+    if "references" in items[0]:
+        batch["sizes"] = [item.get("size") for item in items]
+        for key, name in (("references", "references"), ("key", "keys"), ("objects", "objects")):
+            batch[name] = [item[key] for item in items]
+    return batch
+
+
+class CaptionDataModule(pl.LightningDataModule):
+    """Splits, vocabulary and loaders for one Karpathy-format data set.
+
+    Args:
+        data_dir (str): folder with the split file (and, by default, the images).
+            (Default: ``data/shapes``)
+        json_file (str or None): the split file; by default the one ``dataset_*.json`` in ``data_dir``.
+        image_dir (str or None): image folder; by default ``data_dir/images`` if it exists, else ``data_dir``.
+        image_size (int): images are resized to ``image_size x image_size``. (Default: ``224``)
+        batch_size (int): training batch size. (Default: ``64``)
+        eval_batch_size (int or None): validation/test batch size; ``batch_size`` when ``None``.
+        num_workers (int): loader processes (0 loads in the training process). (Default: ``0``)
+        min_word_freq (int): rarer training words become ``<unk>``. (Default: ``5``)
+        max_vocab_size (int or None): keep at most this many words. (Default: ``None``)
+        max_caption_length (int): training captions are cut to this many words. (Default: ``50``)
+        augment (bool): random crop and colour jitter in training. (Default: ``False``)
+        feature_cache (str or None): folder for cached encoder features (frozen encoders only);
+            filled on first use. (Default: ``None``)
+    """
+
+    def __init__(
+        self,
+        data_dir: str = "data/shapes",
+        json_file: str | None = None,
+        image_dir: str | None = None,
+        image_size: int = 224,
+        batch_size: int = 64,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        min_word_freq: int = 5,
+        max_vocab_size: int | None = None,
+        max_caption_length: int = 50,
+        augment: bool = False,
+        feature_cache: str | None = None,
+    ):
+        super().__init__()
+        if image_size < 16 or batch_size < 1:
+            raise DataError(f"image_size must be >= 16 and batch_size >= 1, got {image_size} and {batch_size}")
+        self.save_hyperparameters()
+        data_path = Path(data_dir)
+        self.json_file = Path(json_file) if json_file else find_karpathy_file(data_path)
+        default_images = data_path / "images"
+        self.image_dir = Path(image_dir) if image_dir else (default_images if default_images.is_dir() else data_path)
+        self.image_size, self.batch_size = image_size, batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers, self.augment, self.max_caption_length = num_workers, augment, max_caption_length
+        self.feature_cache = feature_cache
+        self.records = read_karpathy(self.json_file, self.image_dir)
+        if not any(r.split == "train" for r in self.records):
+            raise DataError(f"{self.json_file}: no train (or restval) images")
+        self.vocabulary = build_vocabulary(self.records, min_word_freq, max_vocab_size)
+        self._features: dict[str, np.ndarray] = {}
+
+    @property
+    def vocabulary_tokens(self) -> list[str]:
+        """The vocabulary as a plain list (what the model saves in its checkpoint)."""
+        return self.vocabulary.to_dict()["tokens"]
+
+    def split(self, name: str) -> list[CaptionRecord]:
+        return [r for r in self.records if r.split == name]
+
+    def dataset(self, name: str) -> CaptionDataset:
+        records = self.split(name)
+        if not records:
+            raise DataError(f"{self.json_file}: the {name} split is empty")
+        train = name == "train"
+        transform = image_transform(self.image_size, augment=train and self.augment)
+        features = self._features.get(name)
+        return CaptionDataset(records, self.vocabulary, transform, train, self.max_caption_length, features)
+
+    def _loader(self, name: str) -> DataLoader:
+        train = name == "train"
+        return DataLoader(
+            self.dataset(name),
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            drop_last=False,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    @torch.no_grad()
+    def attach_feature_cache(
+        self, encode: Callable[[torch.Tensor], torch.Tensor], key: dict, device: torch.device | str = "cpu", is_writer: bool = True
+    ) -> None:
+        """Compute (once) and use cached features for every split.
+
+        Args:
+            encode (callable): images `(B, 3, S, S)` on ``device`` -> features `(B, L, D)`.
+            key (dict): plain description of the encoder; a cache made by another encoder or
+                image size is rebuilt, never silently reused.
+            device: where to run ``encode``.
+            is_writer (bool): only one process (rank zero) writes the cache files.
+        """
+        if self.feature_cache is None:
+            return
+        if self.augment:
+            raise DataError("data.feature_cache stores fixed features, so it cannot be combined with data.augment")
+        folder = Path(self.feature_cache)
+        key = {**key, "image_size": self.image_size, "json_file": str(self.json_file.resolve())}
+        tag = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+        for name in ("train", "val", "test"):
+            records = self.split(name)
+            if not records:
+                continue
+            path = folder / f"{name}-{tag}.npy"
+            if not path.is_file():
+                if not is_writer:
+                    continue  # another process writes it; the caller loads it after a barrier
+                folder.mkdir(parents=True, exist_ok=True)
+                self._write_features(path, records, encode, device)
+            self._features[name] = np.load(path, mmap_mode="r")
+
+    def _write_features(self, path: Path, records: list[CaptionRecord], encode: Callable, device) -> None:
+        transform = image_transform(self.image_size)
+        loader = DataLoader(
+            CaptionDataset(records, self.vocabulary, transform, train=False),
+            batch_size=self.eval_batch_size,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+        )
+        partial, out, start = path.with_suffix(".partial.npy"), None, 0
+        for batch in loader:
+            features = encode(batch["images"].to(device)).float().cpu().numpy()  # (B, L, D)
+            if out is None:
+                out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16, shape=(len(records), *features.shape[1:]))
+            out[start : start + len(features)] = features
+            start += len(features)
+        out.flush()
+        del out
+        partial.replace(path)  # complete files only: an interrupted run rebuilds

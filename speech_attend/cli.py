@@ -1,0 +1,147 @@
+"""``speech-attend``: train, evaluate, prepare data, transcribe and export.
+
+    speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
+    speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S]
+    speech-attend transcribe --ckpt CKPT AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]
+    speech-attend export --ckpt CKPT --out DIR
+
+Errors a user can cause come out as one line, ``speech-attend: error: ...``, with exit code 2
+(``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from pytorch_lightning import Callback, Trainer
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.cli import LightningCLI
+
+from shared.cli import run_app
+
+__all__ = ["main"]
+
+PROG = "speech-attend"
+
+
+class FinalCheckpoint(Callback):
+    """Save ``last.ckpt`` when training ends, wherever it ends (``max_steps`` mid-epoch too)."""
+
+    def on_train_end(self, trainer: Trainer, pl_module) -> None:
+        checkpoint = trainer.checkpoint_callback
+        directory = Path(checkpoint.dirpath) if checkpoint is not None and checkpoint.dirpath else Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
+        path = directory / "last.ckpt"
+        if checkpoint is not None and getattr(checkpoint, "_last_global_step_saved", -1) == trainer.global_step and path.is_file():
+            return  # ModelCheckpoint already saved this very step
+        trainer.save_checkpoint(path)
+
+
+class _RecognizerCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("model.features.sample_rate", "data.sample_rate")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({
+            "checkpoint.monitor": "val/cer",
+            "checkpoint.mode": "min",
+            "checkpoint.save_top_k": 1,
+            "checkpoint.save_last": True,
+            "checkpoint.filename": "best-step{step}",
+            "checkpoint.auto_insert_metric_name": False,
+        })
+
+
+def _lightning(args: list[str]) -> None:
+    from .data import SpeechDataModule
+    from .module import SpeechRecognizer
+
+    _RecognizerCLI(
+        SpeechRecognizer,
+        SpeechDataModule,
+        args=args,
+        trainer_defaults={"callbacks": [FinalCheckpoint()], "use_distributed_sampler": False},  # our sampler shards itself
+        save_config_kwargs={"overwrite": True},
+        seed_everything_default=0,
+    )
+
+
+def _prepare(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Prepare built-in data.")
+    parser.add_argument("corpus", choices=["synth"], help="synth: sentences spoken by espeak-ng, LibriSpeech layout")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
+    parser.add_argument("--dev", type=int, default=200, help="validation utterances, unseen voices (default 200)")
+    parser.add_argument("--test", type=int, default=200, help="test utterances, unseen voices (default 200)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from .synth import prepare_synth
+
+    out = prepare_synth(args.out, train=args.train, dev=args.dev, test=args.test, seed=args.seed, progress=True)
+    print(f"synthetic corpus ready in {out} (train {args.train}, dev {args.dev}, test {args.test}); "
+          f"train with --data.data_dir {out}")
+    return 0
+
+
+def _transcribe(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"{PROG} transcribe", description="Transcribe audio files.")
+    parser.add_argument("audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo)")
+    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 8)")
+    parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
+    parser.add_argument("--max-chunk-seconds", type=float, default=None,
+                        help="split longer audio at quiet points (default: the longest training utterance)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line: audio, text, duration_s, chunks")
+    args = parser.parse_args(argv)
+    from .audio import AudioError
+    from .transcribe import Transcriber
+
+    transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
+    status = 0
+    for audio in args.audio:
+        try:
+            result = transcriber.transcribe(audio)
+        except (AudioError, ValueError) as err:  # one bad file does not stop the others
+            print(f"{PROG}: error: {str(err).splitlines()[0]}", file=sys.stderr)
+            status = 2
+            continue
+        if args.alignment_dir:
+            transcriber.save_alignment(result, args.alignment_dir)
+        print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.text, flush=True)
+    return status
+
+
+def _export(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"{PROG} export", description="Export a checkpoint as safetensors + JSON.")
+    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit")
+    parser.add_argument("--out", required=True, help="output folder")
+    args = parser.parse_args(argv)
+    from shared.checkpoint import export_folder
+
+    from .transcribe import load_recognizer
+
+    model, vocabulary, decoding, config = load_recognizer(args.ckpt)
+    norm = model.frontend.norm
+    exported = {
+        "format": "speech-attend",
+        "las": config.get("las"),
+        "features": config.get("features"),
+        "decoding": config.get("decoding"),
+        "vocabulary": vocabulary.to_dict()["tokens"],
+        # a readable copy; the weights file holds the same numbers (frontend.norm.*)
+        "feature_statistics": {"mean": norm.mean.tolist(), "std": norm.std.tolist(), "frames": int(norm.frames)},
+    }
+    out = export_folder(args.out, model.state_dict(), exported)
+    print(f"exported {args.ckpt} to {out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``speech-attend`` console script."""
+    return run_app(PROG, {"prepare": _prepare, "transcribe": _transcribe, "export": _export}, _lightning, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

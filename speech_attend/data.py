@@ -1,0 +1,228 @@
+"""Data for the recognizer: utterances -> waveforms + normalised text -> bucketed batches.
+
+The LightningDataModule reads any corpus :func:`speech_attend.corpora.read_corpus` knows
+(LibriSpeech layout, Common Voice, a manifest) from ``data_dir``, normalises the transcripts
+(:func:`speech_attend.text.normalize_text`), builds the character vocabulary from the training
+text, and serves length-bucketed batches of padded waveforms. Features are computed by the
+model's front end (:mod:`speech_attend.features`), so the data side never needs to know the
+feature settings. ``cache_audio`` keeps every waveform in memory (the built-in corpus fits
+easily), so each file is decoded once per run instead of once per epoch.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from shared import Vocabulary
+
+from .audio import audio_duration, load_audio
+from .corpora import Utterance, read_corpus
+from .sampler import BucketBatchSampler
+from .text import normalize_text
+
+__all__ = ["Batch", "SpeechDataset", "collate", "build_vocabulary", "SpeechDataModule", "FRAMES_PER_SECOND"]
+
+FRAMES_PER_SECOND = 100  # unit of ``max_frames``: 10 ms frames
+
+
+class Batch(NamedTuple):
+    """A padded batch.
+
+    Attributes:
+        waveforms (torch.Tensor): `(B, N)`, zero-padded.
+        lengths (torch.Tensor): samples per waveform `(B,)`.
+        texts (list[str]): normalised transcripts.
+        keys (list[str]): utterance ids.
+    """
+
+    waveforms: torch.Tensor
+    lengths: torch.Tensor
+    texts: list[str]
+    keys: list[str]
+
+
+class SpeechDataset(Dataset):
+    """Utterances with normalised text, read at ``sample_rate``.
+
+    Args:
+        utterances (list[Utterance]): from a corpus reader.
+        sample_rate (int): rate of the returned waveforms.
+        lowercase (bool, optional): text normalisation. (Default: ``True``)
+        keep_punctuation (str, optional): text normalisation. (Default: ``"'"``)
+        cache (bool, optional): decode every file now and keep it in memory (float16).
+            (Default: ``False``)
+    """
+
+    def __init__(
+        self, utterances: list[Utterance], sample_rate: int, lowercase: bool = True, keep_punctuation: str = "'", cache: bool = False
+    ):
+        self.utterances = utterances
+        self.sample_rate = sample_rate
+        self.texts = [normalize_text(u.text, lowercase=lowercase, keep_punctuation=keep_punctuation) for u in utterances]
+        self.durations = [u.duration if u.duration is not None else audio_duration(u.audio_path) for u in utterances]
+        self.cache: list[torch.Tensor] | None = None
+        if cache:
+            with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:  # libsndfile releases the GIL
+                self.cache = list(pool.map(lambda u: load_audio(u.audio_path, sample_rate).half(), utterances))
+            self.durations = [len(w) / sample_rate for w in self.cache]
+
+    def __len__(self) -> int:
+        return len(self.utterances)
+
+    def frames(self) -> list[int]:
+        """Length of each item in 10 ms frames (for bucketing)."""
+        return [max(1, int(d * FRAMES_PER_SECOND)) for d in self.durations]
+
+    def waveform(self, index: int) -> torch.Tensor:
+        if self.cache is not None:
+            return self.cache[index].float()
+        return load_audio(self.utterances[index].audio_path, self.sample_rate)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, str, str]:
+        return self.waveform(index), self.texts[index], self.utterances[index].utt_id
+
+
+def collate(items: list[tuple[torch.Tensor, str, str]]) -> Batch:
+    """Pad waveforms to the longest and keep the lengths beside them."""
+    waves, texts, keys = zip(*items)
+    lengths = torch.tensor([len(w) for w in waves], dtype=torch.long)
+    padded = torch.zeros(len(waves), int(lengths.max()))
+    for i, wave in enumerate(waves):
+        padded[i, : len(wave)] = wave
+    return Batch(padded, lengths, list(texts), list(keys))
+
+
+def build_vocabulary(texts: list[str]) -> Vocabulary:
+    """Character vocabulary of the training text (a space is a character)."""
+    return Vocabulary.build(list(text) for text in texts)
+
+
+class SpeechDataModule(pl.LightningDataModule):
+    """Splits, vocabulary and bucketed loaders for a speech corpus.
+
+    Args:
+        data_dir (str): the corpus folder (LibriSpeech layout, Common Voice, or manifests).
+        train_split (str, optional): (Default: ``"train"``)
+        val_split (str, optional): (Default: ``"dev"``)
+        test_split (str, optional): (Default: ``"test"``)
+        sample_rate (int, optional): rate the audio is resampled to; must match the model's
+            features. (Default: ``16000``)
+        batch_size (int, optional): most utterances per batch. (Default: ``32``)
+        max_frames (int or None, optional): most padded 10 ms frames per batch (batch size x
+            longest utterance), which keeps memory flat across lengths. (Default: ``None``)
+        eval_batch_size (int, optional): utterances per validation/test batch. (Default: ``64``)
+        num_workers (int, optional): loader processes (0 with ``cache_audio``). (Default: ``0``)
+        cache_audio (bool, optional): keep all waveforms in memory. (Default: ``False``)
+        lowercase (bool, optional): transcripts lower-cased. (Default: ``True``)
+        keep_punctuation (str, optional): punctuation kept in transcripts. (Default: ``"'"``)
+        min_duration (float, optional): shorter training utterances are left out, seconds. (Default: ``0.1``)
+        max_duration (float or None, optional): longer training utterances are left out. (Default: ``None``)
+        max_train_utterances (int or None, optional): use only the first N training utterances. (Default: ``None``)
+        max_val_utterances (int or None, optional): validate on the first N only (faster
+            epochs; test always uses the whole split). (Default: ``None``)
+        seed (int, optional): seed of the batch order. (Default: ``0``)
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        train_split: str = "train",
+        val_split: str = "dev",
+        test_split: str = "test",
+        sample_rate: int = 16000,
+        batch_size: int = 32,
+        max_frames: int | None = None,
+        eval_batch_size: int = 64,
+        num_workers: int = 0,
+        cache_audio: bool = False,
+        lowercase: bool = True,
+        keep_punctuation: str = "'",
+        min_duration: float = 0.1,
+        max_duration: float | None = None,
+        max_train_utterances: int | None = None,
+        max_val_utterances: int | None = None,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir)
+        self.datasets: dict[str, SpeechDataset] = {}
+        self.vocabulary: Vocabulary | None = None
+
+    def _dataset(self, split: str, limit: int | None = None, training: bool = False) -> SpeechDataset:
+        hp = self.hparams
+        utterances = read_corpus(self.data_dir, split)[:limit]
+        dataset = SpeechDataset(utterances, hp.sample_rate, hp.lowercase, hp.keep_punctuation, hp.cache_audio)
+        if training:  # drop what the model cannot or should not learn from
+            keep = [
+                i for i, (d, t) in enumerate(zip(dataset.durations, dataset.texts))
+                if t and d >= hp.min_duration and (hp.max_duration is None or d <= hp.max_duration)
+            ]
+            if not keep:
+                raise ValueError(f"{self.data_dir}: no training utterance between {hp.min_duration} and {hp.max_duration} s with text")
+            dataset = _subset(dataset, keep)
+        return dataset
+
+    def setup(self, stage: str | None = None) -> None:
+        hp = self.hparams
+        if stage in ("fit", None) and "train" not in self.datasets:
+            self.datasets["train"] = self._dataset(hp.train_split, hp.max_train_utterances, training=True)
+            self.vocabulary = build_vocabulary(self.datasets["train"].texts)
+        if stage in ("fit", "validate", None) and "val" not in self.datasets:
+            self.datasets["val"] = self._dataset(hp.val_split, hp.max_val_utterances)
+        if stage in ("test", None) and "test" not in self.datasets:
+            self.datasets["test"] = self._dataset(hp.test_split)
+
+    def statistics_batches(self, max_utterances: int = 2000, batch_size: int = 32) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(waveforms, lengths)`` of up to ``max_utterances`` training utterances, for feature statistics."""
+        dataset = self.datasets["train"]
+        step = max(1, len(dataset) // max_utterances)  # an even spread over the corpus, the same on every rank
+        indices = list(range(0, len(dataset), step))[:max_utterances]
+        for start in range(0, len(indices), batch_size):
+            batch = collate([dataset[i] for i in indices[start : start + batch_size]])
+            yield batch.waveforms, batch.lengths
+
+    def _rank(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
+    def _loader(self, name: str, batch_size: int, max_frames: int | None, shuffle: bool) -> DataLoader:
+        if name not in self.datasets:
+            raise ValueError(f"the {name} split is not set up (call setup first)")
+        dataset = self.datasets[name]
+        world, rank = self._rank()
+        sampler = BucketBatchSampler(
+            dataset.frames(), batch_size, max_frames, shuffle=shuffle, seed=self.hparams.seed, num_replicas=world, rank=rank
+        )
+        workers = self.hparams.num_workers
+        return DataLoader(
+            dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+            persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.hparams.batch_size, self.hparams.max_frames, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.hparams.eval_batch_size, None, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.hparams.eval_batch_size, None, shuffle=False)
+
+
+def _subset(dataset: SpeechDataset, keep: list[int]) -> SpeechDataset:
+    """The same dataset restricted to ``keep`` (no re-reading of audio)."""
+    subset = SpeechDataset.__new__(SpeechDataset)
+    subset.sample_rate = dataset.sample_rate
+    subset.utterances = [dataset.utterances[i] for i in keep]
+    subset.texts = [dataset.texts[i] for i in keep]
+    subset.durations = [dataset.durations[i] for i in keep]
+    subset.cache = None if dataset.cache is None else [dataset.cache[i] for i in keep]
+    return subset

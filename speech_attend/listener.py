@@ -1,0 +1,129 @@
+"""The Listener of Listen, Attend and Spell (Chan et al. 2016, section 3.1).
+
+A BLSTM over the feature frames, then pyramidal BLSTM layers: each concatenates pairs of
+consecutive frames before its BLSTM (eq. 5), ``h^j_i = pBLSTM(h^j_{i-1}, [h^{j-1}_{2i}, h^{j-1}_{2i+1}])``,
+so three of them shorten time 8x. The attention then reads ~8x fewer positions per output
+character, and alignment forms far sooner than over raw 10 ms frames.
+
+Padding never enters a real sequence's states (each direction reads only real frames, as
+with packed sequences; see :class:`_BLSTM`), and the output lengths are exact: ``floor(T / (input_stack * 2 ** pyramid_layers))``. An odd last
+frame at a pyramid layer has no partner and is dropped.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from shared import lengths_to_mask
+
+__all__ = ["Listener", "stack_frames", "reverse_padded"]
+
+
+def stack_frames(x: torch.Tensor, lengths: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate each run of ``factor`` consecutive frames into one frame.
+
+    Args:
+        x (torch.Tensor): `(B, T, D)`.
+        lengths (torch.Tensor): valid frames `(B,)`.
+        factor (int): frames per group.
+
+    Returns:
+        (torch.Tensor, torch.Tensor): `(B, T // factor, factor * D)` and ``lengths // factor``.
+    """
+    if factor == 1:
+        return x, lengths
+    batch, steps, dim = x.shape
+    steps = steps // factor
+    x = x[:, : steps * factor].reshape(batch, steps, factor * dim)  # (B, T/f, f*D)
+    return x, torch.div(lengths, factor, rounding_mode="floor")
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each sequence within its own length; padding stays where it is.
+
+    Args:
+        x (torch.Tensor): `(B, T, D)`.
+        lengths (torch.Tensor): `(B,)`.
+    """
+    steps = torch.arange(x.size(1), device=x.device)[None, :]  # (1, T)
+    lengths = lengths.to(x.device)[:, None]  # (B, 1)
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)  # (B, T)
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+class _BLSTM(nn.Module):
+    """One bidirectional LSTM layer whose outputs do not depend on padding.
+
+    The backward direction reads each sequence reversed *within its length*, so it starts at
+    the sequence's last real frame, not in the padding. This gives exactly what a packed
+    sequence gives, and its backward pass is 10-30x faster on CPU than PyTorch's packed LSTM
+    (measured on 2 cores: 0.04 s against 0.4-1.4 s for 32 x 248 frames).
+    """
+
+    def __init__(self, input_dim: int, hidden: int):
+        super().__init__()
+        self.forward_lstm = nn.LSTM(input_dim, hidden, batch_first=True)
+        self.backward_lstm = nn.LSTM(input_dim, hidden, batch_first=True)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        forward, _ = self.forward_lstm(x)  # (B, T, H); real frames never see the padding after them
+        backward, _ = self.backward_lstm(reverse_padded(x, lengths))  # (B, T, H)
+        out = torch.cat([forward, reverse_padded(backward, lengths)], dim=-1)  # (B, T, 2H)
+        return out * lengths_to_mask(lengths.to(x.device), x.size(1)).unsqueeze(-1).to(out.dtype)
+
+
+class Listener(nn.Module):
+    """BLSTM + pyramidal BLSTM encoder.
+
+    Args:
+        input_dim (int): feature size ``D`` (80 for log-mel).
+        hidden (int): LSTM units per direction ``H``; outputs have ``2H`` features.
+        layers (int, optional): plain BLSTM layers before the pyramid. (Default: ``1``)
+        pyramid_layers (int, optional): pyramidal layers, each halving time. (Default: ``3``)
+        input_stack (int, optional): frames concatenated before the first BLSTM (1 = none),
+            a cheap extra reduction for CPU training. (Default: ``1``)
+        dropout (float, optional): dropout between layers. (Default: ``0.0``)
+    """
+
+    def __init__(
+        self, input_dim: int, hidden: int, layers: int = 1, pyramid_layers: int = 3, input_stack: int = 1, dropout: float = 0.0
+    ):
+        super().__init__()
+        if layers < 1 or pyramid_layers < 0 or input_stack < 1:
+            raise ValueError(
+                f"need layers >= 1, pyramid_layers >= 0 and input_stack >= 1, got {layers}, {pyramid_layers}, {input_stack}"
+            )
+        self.input_stack = input_stack
+        self.output_dim = 2 * hidden
+        self.layers = nn.ModuleList(
+            [_BLSTM(input_dim * input_stack if i == 0 else 2 * hidden, hidden) for i in range(layers)]
+        )
+        self.pyramid = nn.ModuleList([_BLSTM(4 * hidden, hidden) for _ in range(pyramid_layers)])
+        self.dropout = nn.Dropout(dropout)
+
+    @property
+    def reduction(self) -> int:
+        """Input frames per output frame."""
+        return self.input_stack * 2 ** len(self.pyramid)
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Exact output frames for input frames `(B,)` (nested floors equal one floor)."""
+        return torch.div(lengths, self.reduction, rounding_mode="floor")
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            features (torch.Tensor): `(B, T, D)`.
+            lengths (torch.Tensor): valid frames `(B,)`.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): listener states `(B, T', 2H)` (0 at padding) and
+            their lengths `(B,)`, ``T' = T // reduction``.
+        """
+        x, lengths = stack_frames(features, lengths, self.input_stack)  # (B, T/s, s*D)
+        for layer in self.layers:
+            x = self.dropout(layer(x, lengths))  # (B, T/s, 2H)
+        for layer in self.pyramid:
+            x, lengths = stack_frames(x, lengths, 2)  # (B, T/2, 4H): eq. 5's concatenation
+            x = self.dropout(layer(x, lengths))  # (B, T/2, 2H)
+        return x, lengths

@@ -1,0 +1,209 @@
+"""Listen, Attend and Spell (Chan et al., ICASSP 2016) with a joint CTC head (Kim et al. 2017).
+
+    waveform -> log-mel -> Listener (BLSTM + pyramid, 8x shorter) -> Speller (attention) -> characters
+                                      `-> CTC head (optional): a second, monotonic view of the same states
+
+The CTC head trains the listener to put each character at its own frames, which helps the
+attention find its alignment early; at decoding time it rescores the beam's n-best list.
+Characters come at ~15 per second and an 8x listener gives 12.5 frames per second, fewer than
+CTC needs, so the head emits ``ctc_upsample`` label slots per listener frame
+(Libovicky & Helcl 2018).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shared import Hypothesis, beam_search
+
+from .features import FeatureConfig, FeatureFrontend
+from .listener import Listener
+from .speller import Speller
+
+__all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError"]
+
+
+class AudioTooShortError(ValueError):
+    """An utterance gives no listener frame after the time reduction."""
+
+
+@dataclass
+class LASConfig:
+    """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`)."""
+
+    listener_hidden: int = 256  # BLSTM units per direction; listener states have twice this
+    listener_layers: int = 1  # plain BLSTM layers before the pyramid
+    pyramid_layers: int = 3  # each halves time: 3 layers = 8x (Chan et al.)
+    input_stack: int = 1  # frames concatenated before the first BLSTM (extra reduction, CPU configs)
+    speller_hidden: int = 512  # speller LSTM units
+    speller_layers: int = 2  # stacked speller LSTM cells
+    embedding_dim: int = 64  # character embedding
+    attention: str = "location"  # location (Chorowski et al. 2015), additive, dot or scaled_dot
+    attention_dim: int = 256  # hidden size of the MLP scores
+    location_filters: int = 10  # channels of the convolution over the previous alignment
+    location_kernel: int = 31  # its (odd) width, in listener frames
+    dropout: float = 0.2  # between LSTM layers and before the output MLP
+    ctc_upsample: int = 2  # CTC label slots per listener frame; 0 = no CTC head
+
+
+@dataclass
+class DecodeConfig:
+    """How validation, test and ``transcribe`` search for the transcript."""
+
+    beam_size: int = 8  # beams for test and transcribe
+    val_beam_size: int = 4  # beams for validation during training (1 = greedy, fastest)
+    length_penalty: float = 1.0  # rank by score / (length + 1) ** alpha; 1 = mean log-probability
+    ctc_weight: float = 0.3  # weight of the CTC score when rescoring the n-best list (0 = off)
+    max_len_ratio: float = 2.5  # at most this many characters per listener frame (end detection)
+    max_chunk_seconds: float | None = None  # transcribe splits longer audio; None: set by fit to the longest training utterance
+
+
+class LAS(nn.Module):
+    """The recognizer: front end, listener, speller and optional CTC head.
+
+    Args:
+        config (LASConfig): architecture.
+        features (FeatureConfig): front-end settings.
+        vocab_size (int): characters including the specials; the CTC blank is ``<pad>`` (id 0).
+    """
+
+    blank_id = 0
+
+    def __init__(self, config: LASConfig, features: FeatureConfig, vocab_size: int):
+        super().__init__()
+        self.config = config
+        self.frontend = FeatureFrontend(features)
+        self.listener = Listener(
+            features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
+            config.input_stack, config.dropout,
+        )
+        self.speller = Speller(
+            vocab_size, self.listener.output_dim, config.speller_hidden, config.speller_layers,
+            config.embedding_dim, config.attention, config.attention_dim, config.location_filters,
+            config.location_kernel, config.dropout,
+        )
+        self.ctc_head = nn.Linear(self.listener.output_dim, vocab_size * config.ctc_upsample) if config.ctc_upsample else None
+        self.vocab_size = vocab_size
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds of audio per listener frame."""
+        return self.frontend.frame_seconds * self.listener.reduction
+
+    def min_samples(self) -> int:
+        """Shortest waveform that gives one listener frame."""
+        logmel = self.frontend.logmel
+        return logmel.win + logmel.hop * (self.listener.reduction - 1)
+
+    def encode(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            waveforms (torch.Tensor): `(B, N)` padded audio.
+            lengths (torch.Tensor): samples per waveform `(B,)`.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): listener states `(B, L, 2H)` and lengths `(B,)`.
+
+        Raises:
+            AudioTooShortError: an utterance is shorter than one listener frame.
+        """
+        short = lengths < self.min_samples()
+        if short.any():
+            raise AudioTooShortError(
+                f"audio of {int(lengths[short].min())} samples is shorter than one listener frame; "
+                f"expected at least {self.min_samples()} samples ({self.min_samples() / self.frontend.config.sample_rate:.3f} s)"
+            )
+        features, frames = self.frontend(waveforms, lengths)  # (B, T, n_mels)
+        return self.listener(features, frames)  # (B, L, 2H), (B,)
+
+    def ctc_log_probs(self, states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """CTC log-probabilities `(B, L * u, V)` and their lengths `(B,)` (``u = ctc_upsample``)."""
+        if self.ctc_head is None:
+            raise ValueError("this model has no CTC head (ctc_upsample: 0)")
+        batch, steps, _ = states.shape
+        logits = self.ctc_head(states).view(batch, steps * self.config.ctc_upsample, self.vocab_size)
+        return logits.float().log_softmax(-1), lengths * self.config.ctc_upsample
+
+    def forward(
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_rate: float = 0.0
+    ) -> dict[str, torch.Tensor]:
+        """Teacher-forced pass for training.
+
+        Args:
+            waveforms (torch.Tensor): `(B, N)`.
+            lengths (torch.Tensor): `(B,)`.
+            inputs (torch.Tensor): speller inputs ``<sos> y_1 .. y_{U-1}`` `(B, U)`.
+            sampling_rate (float, optional): scheduled sampling probability. (Default: ``0.0``)
+
+        Returns:
+            dict: ``logits`` `(B, U, V)`, ``alignments`` `(B, U, L)`, ``encoder_lengths`` `(B,)`,
+            and, with a CTC head, ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
+        """
+        states, encoder_lengths = self.encode(waveforms, lengths)
+        logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_rate)
+        out = {"logits": logits, "alignments": alignments, "encoder_lengths": encoder_lengths}
+        if self.ctc_head is not None:
+            out["ctc_log_probs"], out["ctc_lengths"] = self.ctc_log_probs(states, encoder_lengths)
+        return out
+
+    @torch.no_grad()
+    def decode(
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None
+    ) -> tuple[list[Hypothesis], torch.Tensor]:
+        """Transcribe a batch with the shared batched beam search, then CTC rescoring.
+
+        Args:
+            waveforms (torch.Tensor): `(B, N)`.
+            lengths (torch.Tensor): `(B,)`.
+            sos (int): start id. eos (int): end id.
+            config (DecodeConfig): search settings.
+            beam_size (int or None, optional): overrides ``config.beam_size``.
+
+        Returns:
+            (list[Hypothesis], torch.Tensor): the best hypothesis per utterance (``attention``
+            `(len, L)`) and the listener lengths `(B,)`.
+        """
+        beam = config.beam_size if beam_size is None else beam_size
+        states, encoder_lengths = self.encode(waveforms, lengths)
+        memory = self.speller.precompute(states, encoder_lengths)
+        beams_memory = memory.repeat_interleave(beam)  # constant per utterance: expanded once
+
+        def step(tokens, state):
+            return self.speller.step(tokens, state, beams_memory)
+
+        max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
+        rescore = self.ctc_head is not None and config.ctc_weight > 0
+        results = beam_search(
+            step, self.speller.initial_state(memory), waveforms.size(0), beam, sos, eos, max_len,
+            length_penalty=config.length_penalty, nbest=beam if rescore else 1,
+        )
+        if rescore:
+            log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)
+            results = [
+                self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config) for b, hyps in enumerate(results)
+            ]
+        return [hyps[0] for hyps in results], encoder_lengths
+
+    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig) -> list[Hypothesis]:
+        """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc``, length-normalised."""
+        targets = [torch.tensor(h.tokens, dtype=torch.long) for h in hyps]
+        target_lengths = torch.tensor([len(t) for t in targets])
+        steps = log_probs.size(0)
+        ctc_nll = F.ctc_loss(
+            log_probs[:, None].expand(steps, len(hyps), -1),  # (T, N, V): the same frames for each hypothesis
+            torch.cat(targets).to(log_probs.device) if target_lengths.sum() else torch.zeros(0, dtype=torch.long),
+            torch.full((len(hyps),), steps, dtype=torch.long),
+            target_lengths,
+            blank=self.blank_id, reduction="none", zero_infinity=False,
+        )  # (N,); inf where the frames cannot hold the hypothesis
+        rescored = []
+        for hyp, nll in zip(hyps, ctc_nll.tolist()):
+            score = (1 - config.ctc_weight) * hyp.score - config.ctc_weight * (nll if math.isfinite(nll) else 1e4)
+            length = len(hyp.tokens) + int(hyp.finished)
+            normalized = score / (length**config.length_penalty) if config.length_penalty and length else score
+            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention))
+        return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)

@@ -1,0 +1,154 @@
+"""The Speller of Listen, Attend and Spell (Chan et al. 2016, section 3.2).
+
+At each output step ``i`` (eq. 6-8)::
+
+    s_i = LSTM_2(LSTM_1([embed(y_{i-1}); c_{i-1}]))    the previous context is fed back (input feeding)
+    c_i, alpha_i = Attention(s_i, h, alpha_{i-1})       query, score, normalise, read (shared/)
+    P(y_i) = softmax(MLP([s_i; c_i]))
+
+The attention is the shared core's: location-aware by default (Chorowski et al. 2015: the
+score also sees a convolution of ``alpha_{i-1}``), content-only MLP (``additive``) or ``dot``.
+The listener states are projected once per utterance (:meth:`Attention.precompute`), never per
+step. :meth:`Speller.step` advances any number of hypotheses by one character; it is the step
+function that :func:`shared.beam_search` drives.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from shared import Attention, Memory, build_score
+
+__all__ = ["Speller", "SpellerState"]
+
+# (hidden (B, layers, H), cell (B, layers, H), context (B, D_enc), weights (B, L)); every
+# tensor has the batch first, as shared.beam_search reorders state along dim 0.
+SpellerState = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class Speller(nn.Module):
+    """Attention-based character decoder.
+
+    Args:
+        vocab_size (int): output characters ``V`` (specials included).
+        encoder_dim (int): listener state size ``D_enc``.
+        hidden (int): LSTM units ``H``.
+        layers (int, optional): stacked LSTM cells. (Default: ``2``)
+        embedding_dim (int, optional): character embedding size. (Default: ``64``)
+        attention (str, optional): ``location``, ``additive``, ``dot`` or ``scaled_dot``; dot
+            scores project the query to ``D_enc`` first. (Default: ``location``)
+        attention_dim (int, optional): hidden size of the MLP scores. (Default: ``128``)
+        location_filters (int, optional): channels of the location convolution. (Default: ``10``)
+        location_kernel (int, optional): odd width of the location convolution. (Default: ``31``)
+        dropout (float, optional): dropout between LSTM layers and before the output MLP. (Default: ``0.0``)
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        encoder_dim: int,
+        hidden: int,
+        layers: int = 2,
+        embedding_dim: int = 64,
+        attention: str = "location",
+        attention_dim: int = 128,
+        location_filters: int = 10,
+        location_kernel: int = 31,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        self.layers, self.hidden, self.encoder_dim = layers, hidden, encoder_dim
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.cells = nn.ModuleList(
+            [nn.LSTMCell(embedding_dim + encoder_dim if i == 0 else hidden, hidden) for i in range(layers)]
+        )
+        kwargs = {"num_filters": location_filters, "kernel_size": location_kernel} if attention == "location" else {}
+        dot = attention in ("dot", "scaled_dot")
+        self.query_proj = nn.Linear(hidden, encoder_dim) if dot else nn.Identity()  # dot needs D_q == D_k
+        self.attention = Attention(build_score(attention, encoder_dim if dot else hidden, encoder_dim, attention_dim, **kwargs))
+        self.output = nn.Sequential(
+            nn.Dropout(dropout), nn.Linear(hidden + encoder_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def precompute(self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor) -> Memory:
+        """Project the listener states once per utterance.
+
+        Args:
+            encoder_states (torch.Tensor): `(B, L, D_enc)`.
+            encoder_lengths (torch.Tensor): `(B,)`.
+        """
+        mask = torch.arange(encoder_states.size(1), device=encoder_states.device)[None, :] < encoder_lengths[:, None]
+        return self.attention.precompute(encoder_states, mask=mask)
+
+    def initial_state(self, memory: Memory) -> SpellerState:
+        """Zero LSTM states and context; the previous alignment starts uniform over the utterance."""
+        batch = memory.values.size(0)
+        zeros = memory.values.new_zeros(batch, self.layers, self.hidden)
+        weights = memory.mask.float() / memory.mask.sum(1, keepdim=True).clamp_min(1).float()  # (B, L)
+        return zeros, zeros.clone(), memory.values.new_zeros(batch, self.encoder_dim), weights.to(memory.values.dtype)
+
+    def _advance(
+        self, embedded: torch.Tensor, state: SpellerState, memory: Memory
+    ) -> tuple[torch.Tensor, SpellerState]:
+        """One step from embedded previous characters `(B, E)`; returns ``[s_i; c_i]`` `(B, H + D_enc)`."""
+        hidden, cell, context, weights = state
+        x = torch.cat([embedded, context], dim=-1)  # input feeding: (B, E + D_enc)
+        new_h, new_c = [], []
+        for layer, lstm in enumerate(self.cells):
+            h, c = lstm(x, (hidden[:, layer], cell[:, layer]))  # (B, H)
+            new_h.append(h)
+            new_c.append(c)
+            x = self.dropout(h) if layer < self.layers - 1 else h  # between layers only
+        context, weights = self.attention(self.query_proj(x), memory, weights)  # (B, D_enc), (B, L)
+        state = (torch.stack(new_h, 1), torch.stack(new_c, 1), context, weights)
+        return torch.cat([x, context], dim=-1), state
+
+    def step(self, tokens: torch.Tensor, state: SpellerState, memory: Memory) -> tuple[torch.Tensor, SpellerState, torch.Tensor]:
+        """Advance by one character: the step function for :func:`shared.beam_search`.
+
+        Args:
+            tokens (torch.Tensor): previous characters `(N,)`.
+            state (SpellerState): from :meth:`initial_state` or the previous step.
+            memory (Memory): from :meth:`precompute`, one row per hypothesis.
+
+        Returns:
+            (torch.Tensor, SpellerState, torch.Tensor): log-probabilities `(N, V)`, the new
+            state, and the attention weights `(N, L)`.
+        """
+        features, state = self._advance(self.embedding(tokens), state, memory)
+        return self.output(features).float().log_softmax(-1), state, state[3]
+
+    def forward(
+        self, memory: Memory, inputs: torch.Tensor, sampling_rate: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced decoding of whole target sequences.
+
+        Args:
+            memory (Memory): from :meth:`precompute`.
+            inputs (torch.Tensor): ``<sos> y_1 .. y_{U-1}`` with shape `(B, U)`.
+            sampling_rate (float, optional): scheduled sampling (Bengio et al. 2015): the chance
+                that a step's input is the model's own previous prediction instead of the true
+                character. (Default: ``0.0``)
+
+        Returns:
+            (torch.Tensor, torch.Tensor): logits `(B, U, V)` and attention weights `(B, U, L)`.
+        """
+        state = self.initial_state(memory)
+        embedded = self.embedding(inputs)  # (B, U, E), looked up once for all steps
+        outputs, alignments, logits = [], [], []
+        for i in range(inputs.size(1)):
+            step_input = embedded[:, i]
+            if sampling_rate > 0 and i > 0:
+                sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_rate  # (B,)
+                predicted = self.embedding(logits[-1].detach().argmax(-1))  # (B, E)
+                step_input = torch.where(sampled[:, None], predicted, step_input)
+            features, state = self._advance(step_input, state, memory)
+            outputs.append(features)
+            alignments.append(state[3])
+            if sampling_rate > 0:  # the next step may need this step's prediction
+                logits.append(self.output(features))
+        if sampling_rate > 0:
+            return torch.stack(logits, 1), torch.stack(alignments, 1)
+        return self.output(torch.stack(outputs, 1)), torch.stack(alignments, 1)  # (B, U, V), (B, U, L)

@@ -1,0 +1,198 @@
+"""Transcribing audio files with a trained model (a ``.ckpt`` or an exported folder).
+
+Any sample rate and channel count is accepted (resampled and downmixed on reading). Audio
+longer than the model handles well (by default the longest training utterance) is split at
+its quietest points into chunks, which are decoded as one batch and joined; attention models
+truncate or loop on utterances much longer than they were trained on (REFERENCE section 2).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from shared.checkpoint import CheckpointError, load_model_files
+
+from .audio import load_audio
+from .model import LAS, DecodeConfig
+from .module import build_model
+
+__all__ = ["Transcriber", "Transcript", "split_at_quiet_points", "load_recognizer"]
+
+_DEFAULT_MAX_CHUNK_SECONDS = 15.0
+_QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
+
+
+def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu"):
+    """The model, vocabulary and decoding settings stored in a checkpoint or exported folder.
+
+    Returns:
+        (LAS, Vocabulary, DecodeConfig, dict): the model in eval mode, its vocabulary, its
+        decoding settings and the raw config.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, or not a speech-attend model.
+    """
+    state_dict, config = load_model_files(path)
+    try:
+        model, vocabulary, decoding = build_model(config)
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{path}: not a speech-attend model ({str(err).splitlines()[0]})") from None
+    prefix = "model."  # a LightningModule's keys; an exported folder has none
+    if any(key.startswith(prefix) for key in state_dict):
+        state_dict = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not fit the saved config ({str(err).splitlines()[0]})") from None
+    return model.to(device).eval(), vocabulary, decoding, config
+
+
+def split_at_quiet_points(
+    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_seconds: float | None = None
+) -> list[tuple[int, int]]:
+    """Cut a long waveform into chunks of at most ``max_seconds``, at its quietest moments.
+
+    Each cut is placed at the minimum of the smoothed energy between ``min_seconds`` and
+    ``max_seconds`` after the previous cut, so it falls in a pause whenever there is one.
+
+    Args:
+        waveform (torch.Tensor): `(N,)`.
+        sample_rate (int): Hz.
+        max_seconds (float): longest chunk.
+        min_seconds (float or None, optional): shortest chunk but the last; half of
+            ``max_seconds`` by default.
+
+    Returns:
+        list of (int, int): ``(start, end)`` sample ranges covering the waveform in order.
+    """
+    if max_seconds <= 0:
+        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
+    total, longest = waveform.numel(), int(max_seconds * sample_rate)
+    if total <= longest:
+        return [(0, total)]
+    shortest = int((max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate)
+    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate))
+    energy = F.avg_pool1d(waveform.float().square()[None, None], window, stride=1, padding=window // 2,
+                          count_include_pad=False)[0, 0, :total]  # (N,) smoothed power
+    chunks, start = [], 0
+    while total - start > longest:
+        low, high = start + max(1, shortest), start + longest
+        cut = low + int(energy[low:high].argmin())
+        chunks.append((start, cut))
+        start = cut
+    chunks.append((start, total))
+    return chunks
+
+
+@dataclass
+class Transcript:
+    """The result for one file.
+
+    Attributes:
+        audio (str): the file.
+        text (str): the transcript (chunks joined by spaces).
+        duration_s (float): seconds of audio.
+        chunks (int): pieces the audio was decoded in.
+        alignment (torch.Tensor): `(characters, listener frames)` attention, block-diagonal
+            over chunks; the joining spaces have empty rows.
+        labels (list[str]): one character per alignment row.
+    """
+
+    audio: str
+    text: str
+    duration_s: float
+    chunks: int
+    alignment: torch.Tensor
+    labels: list[str]
+
+    def to_json(self) -> dict:
+        return {"audio": self.audio, "text": self.text, "duration_s": round(self.duration_s, 3), "chunks": self.chunks}
+
+
+class Transcriber:
+    """Loads a model once and transcribes files with it.
+
+    Args:
+        path (str or PathLike): a Lightning ``.ckpt`` or a folder written by ``export``.
+        beam_size (int or None, optional): overrides the saved beam size.
+        max_chunk_seconds (float or None, optional): longest piece decoded at once; by default
+            the longest training utterance saved with the model (15 s if unknown).
+        device (str, optional): ``cpu`` or ``cuda``. (Default: ``"cpu"``)
+    """
+
+    def __init__(self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None, device: str = "cpu"):
+        self.model, self.vocabulary, self.decoding, config = load_recognizer(path, device)
+        if beam_size is not None:
+            if beam_size < 1:
+                raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
+            self.decoding = DecodeConfig(**{**self.decoding.__dict__, "beam_size": beam_size})
+        saved = self.decoding.max_chunk_seconds
+        self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
+        self.device = device
+
+    @property
+    def sample_rate(self) -> int:
+        return self.model.frontend.config.sample_rate
+
+    @torch.no_grad()
+    def transcribe(self, audio_path: str | os.PathLike) -> Transcript:
+        """Transcribe one file (WAV, FLAC, OGG or MP3, any rate and channel count)."""
+        wave = load_audio(audio_path, self.sample_rate)  # (N,)
+        if wave.numel() < self.model.min_samples():
+            raise ValueError(
+                f"{audio_path}: audio of {wave.numel() / self.sample_rate:.3f} s is shorter than one listener frame; "
+                f"expected at least {self.model.min_samples() / self.sample_rate:.3f} s"
+            )
+        spans = split_at_quiet_points(wave, self.sample_rate, self.max_chunk_seconds)
+        spans = _merge_short_tail(spans, self.model.min_samples())
+        pieces = [wave[a:b] for a, b in spans]
+        lengths = torch.tensor([len(p) for p in pieces])
+        batch = torch.zeros(len(pieces), int(lengths.max()))
+        for i, piece in enumerate(pieces):
+            batch[i, : len(piece)] = piece
+        hyps, encoder_lengths = self.model.decode(
+            batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
+        )
+        texts = ["".join(self.vocabulary.decode(h.tokens)) for h in hyps]
+        alignment, labels = _join_alignments(hyps, encoder_lengths.tolist(), self.vocabulary)
+        return Transcript(str(audio_path), " ".join(t for t in texts if t), wave.numel() / self.sample_rate, len(pieces), alignment, labels)
+
+    def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
+        """Write ``<out_dir>/<audio file stem>.png``: characters against time."""
+        from shared.plots import save_alignment
+
+        path = Path(out_dir) / f"{Path(transcript.audio).stem}.png"
+        title = f"{Path(transcript.audio).name}: {transcript.text[:80]}"
+        return save_alignment(transcript.alignment, path, transcript.labels, self.model.frame_seconds, title)
+
+
+def _merge_short_tail(spans: list[tuple[int, int]], min_samples: int) -> list[tuple[int, int]]:
+    """Join a final chunk too short for one listener frame onto the previous chunk."""
+    if len(spans) > 1 and spans[-1][1] - spans[-1][0] < min_samples:
+        spans = spans[:-2] + [(spans[-2][0], spans[-1][1])]
+    return spans
+
+
+def _join_alignments(hyps, encoder_lengths: list[int], vocabulary) -> tuple[torch.Tensor, list[str]]:
+    """One block-diagonal alignment for all chunks, with a space row between chunks."""
+    rows = sum(len(h.tokens) for h in hyps) + max(0, len(hyps) - 1)
+    matrix = torch.zeros(max(rows, 1), max(1, sum(encoder_lengths)))
+    labels: list[str] = []
+    row = col = 0
+    for i, (hyp, frames) in enumerate(zip(hyps, encoder_lengths)):
+        if i:
+            labels.append(" ")
+            row += 1
+        if hyp.attention is not None and len(hyp.tokens):
+            matrix[row : row + len(hyp.tokens), col : col + frames] = hyp.attention[:, :frames].float().cpu()
+        labels.extend(vocabulary.decode(hyp.tokens, strip_specials=False))
+        row += len(hyp.tokens)
+        col += frames
+    if not labels:
+        labels = [""]
+    return matrix, labels
