@@ -1,0 +1,259 @@
+"""Captioner benchmarks at the paper's size, fast path against the naive one, in one run.
+
+    python scripts/bench_captioner.py [--device cpu|cuda] [--quick] [--json]
+
+1. Training step (forward + backward + Adam) of the Show, Attend and Tell decoder on a 14x14
+   grid of 2048-d features, embedding/attention/LSTM 512, 10,000 words, batch 32, captions of
+   10-22 tokens: feature projection computed once per image (ours) against recomputed at every
+   step (what the most-used tutorial does). Also reports achieved GFLOP/s against the
+   machine's measured matrix-multiply rate.
+2. Beam search (beam 5) over many images in one batch against one image at a time, same model.
+3. An epoch over Flickr8k-sized training data (6,000 images, one caption each): features read
+   from the memory-mapped feature cache against running a frozen ResNet-101 on every batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from show_attend.decoder import Decoder, DecoderConfig  # noqa: E402
+from show_attend.encoder import Encoder, EncoderConfig  # noqa: E402
+from show_attend.module import caption_loss, doubly_stochastic_penalty  # noqa: E402
+from shared import beam_search, lengths_to_mask  # noqa: E402
+
+
+@dataclass
+class BenchConfig:
+    batch: int = 32
+    grid: int = 14  # L = 196 locations
+    feature_dim: int = 2048  # ResNet-101
+    size: int = 512  # embedding, attention and LSTM
+    vocab: int = 10_000
+    min_len: int = 10
+    max_len: int = 22
+    train_repeats: int = 5
+    beam: int = 5
+    beam_images: int = 100
+    epoch_images: int = 6000  # Flickr8k train
+    epoch_batches: int = 4  # batches timed to estimate an epoch
+
+
+class RecomputedKeysDecoder(Decoder):
+    """The naive decoder: projects all L features again at every step (the tutorial's way)."""
+
+    def _attend(self, h, memory, sample):
+        memory = memory._replace(projected_keys=self.attention.score.precompute(memory.values))
+        return super()._attend(h, memory, sample)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn, repeats: int, device: torch.device) -> float:
+    """Median seconds of ``fn()`` after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def matmul_rate(device: torch.device, n: int = 2048) -> float:
+    """Measured GFLOP/s of a square fp32 matrix multiply."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    seconds = _timed(lambda: a @ b, 5, device)
+    return 2 * n**3 / seconds / 1e9
+
+
+def _decoder(cls, cfg: BenchConfig, device) -> Decoder:
+    config = DecoderConfig(embed_dim=cfg.size, attention_dim=cfg.size, hidden_dim=cfg.size, dropout=0.5)
+    torch.manual_seed(0)
+    return cls(config, cfg.vocab, cfg.feature_dim).to(device)
+
+
+def _batch(cfg: BenchConfig, device, generator):
+    lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.batch,), generator=generator)
+    captions = torch.randint(4, cfg.vocab, (cfg.batch, cfg.max_len + 1), generator=generator)
+    captions[:, 0] = 1  # <sos>
+    captions[torch.arange(cfg.max_len + 1)[None, :] > lengths[:, None]] = 0  # <pad> after each caption
+    features = torch.randn(cfg.batch, cfg.grid**2, cfg.feature_dim, generator=generator)
+    return features.to(device), captions.to(device), lengths.to(device)
+
+
+def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    features, captions, lengths = _batch(cfg, device, generator)
+    step_mask = lengths_to_mask(lengths, cfg.max_len)
+    results = {}
+    for name, cls in (("precomputed_keys", Decoder), ("recomputed_keys", RecomputedKeysDecoder)):
+        decoder = _decoder(cls, cfg, device).train()
+        optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
+
+        def step():
+            out = decoder(features, captions[:, :-1])
+            loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
+            loss = loss + doubly_stochastic_penalty(out.alphas, step_mask).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        with FlopCounterMode(display=False) as counter:
+            step()
+        seconds = _timed(step, cfg.train_repeats, device)
+        flops = counter.get_total_flops()
+        results[name] = {"step_seconds": seconds, "gflop": flops / 1e9, "gflop_per_s": flops / seconds / 1e9}
+    results["speedup_precomputed_keys"] = results["recomputed_keys"]["step_seconds"] / results["precomputed_keys"]["step_seconds"]
+    return results
+
+
+def _decode(decoder: Decoder, features: torch.Tensor, cfg: BenchConfig):
+    """The captioner's batched beam search (as in Captioner.generate)."""
+    memory, state = decoder.start(features)
+    memory = memory.repeat_interleave(cfg.beam)
+    return beam_search(
+        lambda tokens, s: decoder.step(tokens, s, memory), state, features.size(0), cfg.beam, sos=1, eos=2,
+        max_len=cfg.max_len + 1,
+    )
+
+
+def beam_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
+    decoder = _decoder(Decoder, cfg, device).eval()
+    with torch.no_grad():  # <eos> made as likely as a typical caption's end, so beams finish at usual lengths
+        decoder.out_vocab.bias[2] += 6.0
+    features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=torch.Generator().manual_seed(1)).to(device)
+    with torch.no_grad():
+        _decode(decoder, features[:2], cfg)  # warm-up
+        _sync(device)
+        start = time.perf_counter()
+        batched = _decode(decoder, features, cfg)
+        _sync(device)
+        batched_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        single = [_decode(decoder, features[i : i + 1], cfg)[0] for i in range(cfg.beam_images)]
+        _sync(device)
+        single_seconds = time.perf_counter() - start
+    same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
+    mean_len = float(np.mean([len(b[0].tokens) for b in batched]))
+    return {
+        "images": cfg.beam_images,
+        "beam": cfg.beam,
+        "mean_caption_tokens": mean_len,
+        "batched_seconds": batched_seconds,
+        "one_at_a_time_seconds": single_seconds,
+        "images_per_s_batched": cfg.beam_images / batched_seconds,
+        "same_captions": f"{same}/{cfg.beam_images}",
+        "speedup_batched_beam": single_seconds / batched_seconds,
+    }
+
+
+def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
+    """Per-batch time of a decoder training step fed by (a) a frozen ResNet-101, (b) the cache."""
+    encoder = Encoder(EncoderConfig(backbone="resnet101", pretrained=False, grid_size=cfg.grid)).to(device).eval()
+    decoder = _decoder(Decoder, cfg, device).train()
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
+    generator = torch.Generator().manual_seed(2)
+    _, captions, lengths = _batch(cfg, device, generator)
+    step_mask = lengths_to_mask(lengths, cfg.max_len)
+    images = torch.randn(cfg.batch, 3, 224, 224, generator=generator).to(device)
+
+    with tempfile.TemporaryDirectory() as tmp:  # a cache of this epoch's size, in the real format
+        cache = np.lib.format.open_memmap(Path(tmp) / "train.npy", mode="w+", dtype=np.float16,
+                                          shape=(cfg.epoch_batches * cfg.batch, cfg.grid**2, cfg.feature_dim))
+        cache[:] = np.random.default_rng(0).standard_normal(cache.shape[1:], dtype=np.float32).astype(np.float16)
+        cache.flush()
+        cache = np.load(Path(tmp) / "train.npy", mmap_mode="r")
+
+        def train(features):
+            out = decoder(features, captions[:, :-1])
+            loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        def from_encoder(i=[0]):
+            with torch.no_grad():
+                features = encoder(images)
+            train(features)
+
+        def from_cache(i=[0]):
+            rows = slice((i[0] % cfg.epoch_batches) * cfg.batch, (i[0] % cfg.epoch_batches + 1) * cfg.batch)
+            i[0] += 1
+            train(torch.from_numpy(np.array(cache[rows], dtype=np.float32)).to(device))
+
+        encoder_seconds = _timed(from_encoder, cfg.epoch_batches, device)
+        cache_seconds = _timed(from_cache, cfg.epoch_batches, device)
+    batches = cfg.epoch_images / cfg.batch
+    return {
+        "epoch_images": cfg.epoch_images,
+        "epoch_seconds_frozen_resnet101": encoder_seconds * batches,
+        "epoch_seconds_feature_cache": cache_seconds * batches,
+        "speedup_feature_cache": encoder_seconds / cache_seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and images (under 2 minutes on 2 CPU cores)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    cfg = BenchConfig(train_repeats=2, beam_images=40, epoch_batches=2) if args.quick else BenchConfig()
+    torch.manual_seed(0)
+
+    machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    if device.type == "cuda":
+        machine = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    print(f"captioner benchmark on {device} ({machine}); config: {asdict(cfg)}", flush=True)
+    rate = matmul_rate(device)
+    print(f"measured fp32 matmul rate: {rate:.0f} GFLOP/s", flush=True)
+
+    train = train_step_benchmark(cfg, device)
+    print("\ntraining step (forward + backward + Adam), batch 32, paper size")
+    print(f"  {'path':<22}{'s/step':>10}{'GFLOP':>10}{'GFLOP/s':>10}{'% of matmul':>13}")
+    for name in ("precomputed_keys", "recomputed_keys"):
+        r = train[name]
+        print(f"  {name:<22}{r['step_seconds']:>10.3f}{r['gflop']:>10.1f}{r['gflop_per_s']:>10.1f}{100 * r['gflop_per_s'] / rate:>12.0f}%")
+    print(f"  speedup_precomputed_keys = {train['speedup_precomputed_keys']:.2f}x", flush=True)
+
+    beam = beam_benchmark(cfg, device)
+    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_images} images, same model")
+    print(f"  batched        {beam['batched_seconds']:8.2f} s  ({beam['images_per_s_batched']:.1f} images/s)")
+    print(f"  one at a time  {beam['one_at_a_time_seconds']:8.2f} s   identical captions: {beam['same_captions']}")
+    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x", flush=True)
+
+    epoch = epoch_benchmark(cfg, device)
+    print(f"\nan epoch of {cfg.epoch_images} images (estimated from {cfg.epoch_batches} timed batches)")
+    print(f"  frozen ResNet-101 every batch {epoch['epoch_seconds_frozen_resnet101']:10.0f} s")
+    print(f"  memory-mapped feature cache   {epoch['epoch_seconds_feature_cache']:10.0f} s")
+    print(f"  speedup_feature_cache = {epoch['speedup_feature_cache']:.2f}x")
+
+    results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rate,
+               "train_step": train, "beam": beam, "epoch": epoch}
+    if args.json:
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
