@@ -126,8 +126,7 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
 
 def _decode(decoder: Decoder, features: torch.Tensor, cfg: BenchConfig):
     """The captioner's batched beam search (as in Captioner.generate)."""
-    memory, state = decoder.start(features)
-    memory = memory.repeat_interleave(cfg.beam)
+    memory, state = decoder.start(features)  # one memory row serves all beams of an image
     return beam_search(
         lambda tokens, s: decoder.step(tokens, s, memory), state, features.size(0), cfg.beam, sos=1, eos=2,
         max_len=cfg.max_len + 1,

@@ -35,7 +35,11 @@ class Memory(NamedTuple):
     mask: torch.Tensor | None = None
 
     def repeat_interleave(self, repeats: int) -> "Memory":
-        """Each sequence repeated ``repeats`` times along the batch (for beam search)."""
+        """Each sequence repeated ``repeats`` times along the batch.
+
+        Beam search does not need this: :class:`Attention` reads one memory row for `K`
+        consecutive queries.
+        """
         return Memory(*(None if t is None else t.repeat_interleave(repeats, dim=0) for t in self))
 
 
@@ -103,15 +107,22 @@ class Attention(nn.Module):
         """Attend with ``query`` over ``memory``.
 
         Args:
-            query (torch.Tensor): `(B, D_q)` for one step, or `(B, T, D_q)`.
+            query (torch.Tensor): `(B, D_q)` for one step, or `(B, T, D_q)`. A 2-D query of
+                `(B*K, D_q)` rows against a memory of `B` rows is read as `K` queries per memory
+                row (the beams of beam search), so the memory never needs copying per beam.
             memory (Memory): from :meth:`precompute`.
-            prev_weights (torch.Tensor or None): `(B, L)`, the previous step's weights
-                (used by location-aware scores only).
+            prev_weights (torch.Tensor or None): the previous step's weights, shaped like the
+                returned weights (used by location-aware scores only).
 
         Returns:
             (torch.Tensor, torch.Tensor): context `(B, D_v)` / `(B, T, D_v)` and weights
             `(B, L)` / `(B, T, L)`.
         """
+        groups = query.size(0) // memory.values.size(0)
+        if query.dim() == 2 and groups > 1:  # beams: K consecutive queries share one memory row
+            context, weights = self(query.view(-1, groups, query.size(-1)), memory,
+                                    None if prev_weights is None else prev_weights.view(-1, groups, prev_weights.size(-1)))
+            return context.flatten(0, 1), weights.flatten(0, 1)  # (B*K, D_v), (B*K, L)
         scores = self.score(query, memory.projected_keys, prev_weights)  # step 2: score
         mask = memory.mask
         if mask is not None and scores.dim() == 3:

@@ -120,6 +120,8 @@ class LocationAwareScore(AdditiveScore):
 
     ``e_i = v^T tanh(W_q q + W_k k_i + U f_i + b)`` with ``f = F * alpha_prev``, a 1-D convolution
     over the previous step's weights, so the model knows where it looked last (eq. 8-9).
+    With queries `(B, T, D_q)`, ``prev_weights`` is `(B, T, L)`: one previous alignment per
+    query (e.g. per beam); the queries are not consecutive steps of one sequence.
 
     Args:
         query_dim (int): size of the query ``D_q``.
@@ -137,15 +139,17 @@ class LocationAwareScore(AdditiveScore):
         self.location_proj = nn.Linear(num_filters, attention_dim, bias=False)
 
     def forward(self, query, projected_keys, prev_weights=None):
-        if query.dim() != 2:
-            raise ValueError("LocationAwareScore scores one step at a time: query must be (B, D)")
+        query, squeeze = _as_steps(query)  # (B, T, D_q)
+        batch, steps = query.shape[:2]
         if prev_weights is None:
-            prev_weights = projected_keys.new_zeros(projected_keys.shape[:2])
-        location = self.location_conv(prev_weights.unsqueeze(1)).transpose(1, 2)  # (B, L, F)
+            prev_weights = projected_keys.new_zeros(batch, steps, projected_keys.size(1))
+        prev_weights = prev_weights.reshape(batch * steps, 1, -1)  # each query has its own previous alignment
+        location = self.location_conv(prev_weights).transpose(1, 2).reshape(batch, steps, -1, self.location_conv.out_channels)
         hidden = torch.tanh(
-            self.query_proj(query).unsqueeze(1) + projected_keys + self.location_proj(location)
-        )  # (B, L, A)
-        return self.v(hidden).squeeze(-1)  # (B, L)
+            self.query_proj(query).unsqueeze(2) + projected_keys.unsqueeze(1) + self.location_proj(location)
+        )  # (B, T, L, A)
+        scores = self.v(hidden).squeeze(-1)  # (B, T, L)
+        return scores.squeeze(1) if squeeze else scores
 
 
 def build_score(kind: str, query_dim: int, key_dim: int, attention_dim: int, **kwargs) -> Score:

@@ -191,3 +191,26 @@ def test_build_score_rejects_unknown_kinds_and_mismatched_dot_sizes():
 def test_scaled_dot_is_dot_divided_by_sqrt_dim():
     q, keys = torch.randn(2, 9), torch.randn(2, 3, 9)
     torch.testing.assert_close(ScaledDotScore().score(q, keys), DotScore().score(q, keys) / math.sqrt(9))
+
+
+@pytest.mark.parametrize("kind", ["additive", "location", "dot", "general"])
+def test_beam_queries_share_one_memory_row_like_an_expanded_memory(kind):
+    attention = Attention(build_score(kind, 8, 8, 6))
+    keys, beams = torch.randn(3, 10, 8), 4
+    mask = lengths_to_mask(torch.tensor([10, 6, 2]), 10)
+    query = torch.randn(3 * beams, 8)
+    prev = torch.softmax(torch.randn(3 * beams, 10), -1)
+    shared_memory = attention.precompute(keys, mask=mask)
+    context, weights = attention(query, shared_memory, prev)
+    expected_context, expected_weights = attention(query, shared_memory.repeat_interleave(beams), prev)
+    torch.testing.assert_close(context, expected_context)
+    torch.testing.assert_close(weights, expected_weights)
+    assert context.shape == (12, 8) and weights.shape == (12, 10)
+
+
+def test_location_aware_scores_a_block_of_queries_each_with_its_own_alignment():
+    score = LocationAwareScore(4, 4, 8, num_filters=3, kernel_size=5)
+    query, keys, prev = torch.randn(2, 3, 4), torch.randn(2, 9, 4), torch.softmax(torch.randn(2, 3, 9), -1)
+    block = score.score(query, keys, prev)
+    for t in range(3):
+        torch.testing.assert_close(block[:, t], score.score(query[:, t], keys, prev[:, t]))
