@@ -124,29 +124,39 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     return results
 
 
-def _decode(decoder: Decoder, features: torch.Tensor, cfg: BenchConfig):
-    """The captioner's batched beam search (as in Captioner.generate)."""
-    memory, state = decoder.start(features)  # one memory row serves all beams of an image
-    return beam_search(
-        lambda tokens, s: decoder.step(tokens, s, memory), state, features.size(0), cfg.beam, sos=1, eos=2,
-        max_len=cfg.max_len + 1,
-    )
+def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg: BenchConfig):
+    """The captioner's batched beam search (as in Captioner.generate), with caption lengths
+    fixed per image: an untrained model would otherwise stop at once or never, and the
+    benchmark should decode captions of realistic length (10-22 tokens)."""
+    memory, (h, c) = decoder.start(features)  # one memory row serves all beams of an image
+    eos = 2
+
+    def step(tokens, state):
+        h, c, t, length = state
+        log_probs, (h, c), alpha = decoder.step(tokens, (h, c), memory)
+        ending = (t + 1 > length)[:, None]  # (N, 1): this step must end the caption
+        is_eos = torch.arange(log_probs.size(1), device=tokens.device)[None, :] == eos
+        log_probs = log_probs.masked_fill(ending != is_eos, float("-inf"))
+        return log_probs, (h, c, t + 1, length), alpha
+
+    state = (h, c, torch.zeros_like(lengths), lengths)
+    return beam_search(step, state, features.size(0), cfg.beam, sos=1, eos=eos, max_len=cfg.max_len + 1)
 
 
 def beam_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     decoder = _decoder(Decoder, cfg, device).eval()
-    with torch.no_grad():  # <eos> made as likely as a typical caption's end, so beams finish at usual lengths
-        decoder.out_vocab.bias[2] += 6.0
-    features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=torch.Generator().manual_seed(1)).to(device)
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator).to(device)
+    lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator).to(device)
     with torch.no_grad():
-        _decode(decoder, features[:2], cfg)  # warm-up
+        _decode(decoder, features[:2], lengths[:2], cfg)  # warm-up
         _sync(device)
         start = time.perf_counter()
-        batched = _decode(decoder, features, cfg)
+        batched = _decode(decoder, features, lengths, cfg)
         _sync(device)
         batched_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        single = [_decode(decoder, features[i : i + 1], cfg)[0] for i in range(cfg.beam_images)]
+        single = [_decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)[0] for i in range(cfg.beam_images)]
         _sync(device)
         single_seconds = time.perf_counter() - start
     same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
