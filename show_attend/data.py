@@ -278,8 +278,10 @@ class CaptionDataModule(pl.LightningDataModule):
     Args:
         data_dir (str): folder with the split file (and, by default, the images).
             (Default: ``data/shapes``)
-        json_file (str or None): the split file; by default the one ``dataset_*.json`` in ``data_dir``.
-        image_dir (str or None): image folder; by default ``data_dir/images`` if it exists, else ``data_dir``.
+        json_file (str or None): the split file, relative to ``data_dir`` unless absolute; by
+            default the one ``dataset_*.json`` in ``data_dir``.
+        image_dir (str or None): image folder, relative to ``data_dir`` unless absolute; by
+            default ``data_dir/images`` if it exists, else ``data_dir``.
         image_size (int): images are resized to ``image_size x image_size``. (Default: ``224``)
         batch_size (int): training batch size. (Default: ``64``)
         eval_batch_size (int or None): validation/test batch size; ``batch_size`` when ``None``.
@@ -312,9 +314,10 @@ class CaptionDataModule(pl.LightningDataModule):
             raise DataError(f"image_size must be >= 16 and batch_size >= 1, got {image_size} and {batch_size}")
         self.save_hyperparameters()
         data_path = Path(data_dir)
-        self.json_file = Path(json_file) if json_file else find_karpathy_file(data_path)
+        # Relative paths are inside data_dir, so `--data.data_dir` moves a whole config to another copy.
+        self.json_file = data_path / json_file if json_file else find_karpathy_file(data_path)
         default_images = data_path / "images"
-        self.image_dir = Path(image_dir) if image_dir else (default_images if default_images.is_dir() else data_path)
+        self.image_dir = data_path / image_dir if image_dir else (default_images if default_images.is_dir() else data_path)
         self.image_size, self.batch_size = image_size, batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers, self.augment, self.max_caption_length = num_workers, augment, max_caption_length

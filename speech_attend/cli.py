@@ -58,14 +58,18 @@ def _lightning(args: list[str]) -> None:
     from .data import SpeechDataModule
     from .module import SpeechRecognizer
 
-    _RecognizerCLI(
-        SpeechRecognizer,
-        SpeechDataModule,
-        args=args,
-        trainer_defaults={"callbacks": [FinalCheckpoint()], "use_distributed_sampler": False},  # our sampler shards itself
-        save_config_kwargs={"overwrite": True},
-        seed_everything_default=0,
-    )
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0], *args]  # LightningCLI reads sys.argv (and warns when given both); DDP re-runs it
+    try:
+        _RecognizerCLI(
+            SpeechRecognizer,
+            SpeechDataModule,
+            trainer_defaults={"callbacks": [FinalCheckpoint()], "use_distributed_sampler": False},  # our sampler shards itself
+            save_config_kwargs={"overwrite": True},
+            seed_everything_default=0,
+        )
+    finally:
+        sys.argv = saved_argv
 
 
 def _prepare(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ easily), so each file is decoded once per run instead of once per epoch.
 
 from __future__ import annotations
 
+import copy
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,6 +77,15 @@ class SpeechDataset(Dataset):
     def __len__(self) -> int:
         return len(self.utterances)
 
+    def subset(self, indices: list[int]) -> "SpeechDataset":
+        """The same dataset restricted to ``indices``, without reading any audio again."""
+        subset = copy.copy(self)
+        subset.utterances = [self.utterances[i] for i in indices]
+        subset.texts = [self.texts[i] for i in indices]
+        subset.durations = [self.durations[i] for i in indices]
+        subset.cache = None if self.cache is None else [self.cache[i] for i in indices]
+        return subset
+
     def frames(self) -> list[int]:
         """Length of each item in 10 ms frames (for bucketing)."""
         return [max(1, int(d * FRAMES_PER_SECOND)) for d in self.durations]
@@ -127,6 +137,8 @@ class SpeechDataModule(pl.LightningDataModule):
         max_train_utterances (int or None, optional): use only the first N training utterances. (Default: ``None``)
         max_val_utterances (int or None, optional): validate on the first N only (faster
             epochs; test always uses the whole split). (Default: ``None``)
+        curriculum_epochs (int, optional): first epochs ordered shortest batches first
+            (see :class:`BucketBatchSampler`). (Default: ``0``)
         seed (int, optional): seed of the batch order. (Default: ``0``)
     """
 
@@ -148,6 +160,7 @@ class SpeechDataModule(pl.LightningDataModule):
         max_duration: float | None = None,
         max_train_utterances: int | None = None,
         max_val_utterances: int | None = None,
+        curriculum_epochs: int = 0,
         seed: int = 0,
     ):
         super().__init__()
@@ -167,7 +180,7 @@ class SpeechDataModule(pl.LightningDataModule):
             ]
             if not keep:
                 raise ValueError(f"{self.data_dir}: no training utterance between {hp.min_duration} and {hp.max_duration} s with text")
-            dataset = _subset(dataset, keep)
+            dataset = dataset.subset(keep)
         return dataset
 
     def setup(self, stage: str | None = None) -> None:
@@ -193,13 +206,14 @@ class SpeechDataModule(pl.LightningDataModule):
         trainer = self.trainer
         return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
 
-    def _loader(self, name: str, batch_size: int, max_frames: int | None, shuffle: bool) -> DataLoader:
+    def _loader(self, name: str, batch_size: int, max_frames: int | None, shuffle: bool, curriculum_epochs: int = 0) -> DataLoader:
         if name not in self.datasets:
             raise ValueError(f"the {name} split is not set up (call setup first)")
         dataset = self.datasets[name]
         world, rank = self._rank()
         sampler = BucketBatchSampler(
-            dataset.frames(), batch_size, max_frames, shuffle=shuffle, seed=self.hparams.seed, num_replicas=world, rank=rank
+            dataset.frames(), batch_size, max_frames, shuffle=shuffle, seed=self.hparams.seed, num_replicas=world, rank=rank,
+            curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
         return DataLoader(
@@ -208,21 +222,11 @@ class SpeechDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.hparams.batch_size, self.hparams.max_frames, shuffle=True)
+        hp = self.hparams
+        return self._loader("train", hp.batch_size, hp.max_frames, shuffle=True, curriculum_epochs=hp.curriculum_epochs)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", self.hparams.eval_batch_size, None, shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", self.hparams.eval_batch_size, None, shuffle=False)
-
-
-def _subset(dataset: SpeechDataset, keep: list[int]) -> SpeechDataset:
-    """The same dataset restricted to ``keep`` (no re-reading of audio)."""
-    subset = SpeechDataset.__new__(SpeechDataset)
-    subset.sample_rate = dataset.sample_rate
-    subset.utterances = [dataset.utterances[i] for i in keep]
-    subset.texts = [dataset.texts[i] for i in keep]
-    subset.durations = [dataset.durations[i] for i in keep]
-    subset.cache = None if dataset.cache is None else [dataset.cache[i] for i in keep]
-    return subset

@@ -78,6 +78,14 @@ class SpeechRecognizer(pl.LightningModule):
         ctc_weight (float): lambda at the start. (Default: ``0.5``)
         ctc_weight_final (float or None): lambda at the last step, linear in between;
             ``None`` keeps ``ctc_weight``. (Default: ``None``)
+        guided_attention (float): weight of the guided-attention loss (Tachibana et al. 2017),
+            which penalises attention far from the diagonal ``l / L = u / U``; it speeds up the
+            forming of the alignment where the speaking rate is roughly constant (the built-in
+            corpus). 0 turns it off. (Default: ``0.0``)
+        guided_attention_sigma (float): width ``g`` of the allowed band around the diagonal,
+            as a fraction of the utterance. (Default: ``0.2``)
+        guided_attention_steps (int or None): the weight falls linearly to 0 at this step;
+            ``None`` keeps it for the whole run. (Default: ``None``)
         statistics_utterances (int): training utterances for the feature statistics. (Default: ``2000``)
     """
 
@@ -96,6 +104,9 @@ class SpeechRecognizer(pl.LightningModule):
         sampling_start: int = 1000,
         ctc_weight: float = 0.5,
         ctc_weight_final: float | None = None,
+        guided_attention: float = 0.0,
+        guided_attention_sigma: float = 0.2,
+        guided_attention_steps: int | None = None,
         statistics_utterances: int = 2000,
     ):
         super().__init__()
@@ -114,6 +125,7 @@ class SpeechRecognizer(pl.LightningModule):
             self._build(Vocabulary(vocabulary))
         self._outputs: dict[str, list[tuple[str, str]]] = {}  # stage -> (reference, hypothesis)
         self._loss_totals: dict[str, list] = {}  # stage -> [sum of loss x utterances, utterances]
+        self._total_steps: int | None = None  # set when fit configures the optimiser
 
     def _build(self, vocabulary: Vocabulary) -> None:
         self.vocabulary = vocabulary
@@ -126,7 +138,8 @@ class SpeechRecognizer(pl.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.model is None:
             if stage != "fit" or datamodule is None or datamodule.vocabulary is None:
-                raise ValueError(f"{stage} needs a trained model: pass --ckpt_path CHECKPOINT")
+                stage = getattr(stage, "value", stage)
+                raise ValueError(f"{stage} needs a trained model: pass --ckpt_path with an existing .ckpt file")
             self._build(datamodule.vocabulary)
         if stage == "fit" and self.decoding.max_chunk_seconds is None and datamodule is not None:
             # transcribe cuts longer audio into pieces no longer than what training showed the model
@@ -142,6 +155,7 @@ class SpeechRecognizer(pl.LightningModule):
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches))
+        self._total_steps = total
         warmup, final = self.hparams.warmup_steps, self.hparams.final_lr_ratio
 
         def factor(step: int) -> float:
@@ -156,8 +170,9 @@ class SpeechRecognizer(pl.LightningModule):
     # ------------------------------------------------------------------ loss
 
     def _progress(self) -> float:
-        total = self.trainer.estimated_stepping_batches if self._trainer is not None else 0
-        return min(1.0, self.global_step / total) if total and math.isfinite(total) else 0.0
+        """Fraction of training done; 1 outside ``fit`` (validate/test use the final weights)."""
+        total = self._total_steps
+        return min(1.0, self.global_step / total) if total else 1.0
 
     def ctc_weight(self) -> float:
         start, final = self.hparams.ctc_weight, self.hparams.ctc_weight_final
@@ -168,6 +183,22 @@ class SpeechRecognizer(pl.LightningModule):
         if not self.training or self.hparams.sampling_rate <= 0 or self.global_step < start:
             return 0.0
         return self.hparams.sampling_rate * min(1.0, (self.global_step - start) / max(1, start))
+
+    def guided_attention_weight(self) -> float:
+        weight, steps = self.hparams.guided_attention, self.hparams.guided_attention_steps
+        if weight <= 0 or steps is None:
+            return weight
+        return weight * max(0.0, 1.0 - self.global_step / max(1, steps))
+
+    def _guided_attention_loss(self, alignments: torch.Tensor, output_lengths: torch.Tensor, encoder_lengths: torch.Tensor) -> torch.Tensor:
+        """Mean over output steps of ``sum_l alpha_ul * (1 - exp(-(l/L - u/U)^2 / 2g^2))`` (Tachibana et al. 2017)."""
+        batch, steps, frames = alignments.shape
+        u = torch.arange(steps, device=alignments.device)[None, :, None] / output_lengths[:, None, None]  # (B, U, 1)
+        l = torch.arange(frames, device=alignments.device)[None, None, :] / encoder_lengths[:, None, None]  # (B, 1, L)
+        penalty = 1 - torch.exp(-((l - u) ** 2) / (2 * self.hparams.guided_attention_sigma**2))  # (B, U, L)
+        valid = torch.arange(steps, device=alignments.device)[None, :] < output_lengths[:, None]  # (B, U)
+        per_step = (alignments.float() * penalty).sum(-1)  # (B, U)
+        return per_step[valid].mean()
 
     def _targets(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Speller inputs ``<sos> y``, outputs ``y <eos>`` `(B, U)` and label lengths `(B,)`."""
@@ -189,6 +220,11 @@ class SpeechRecognizer(pl.LightningModule):
             ignore_index=self.vocabulary.pad_id, label_smoothing=self.hparams.label_smoothing,
         )
         losses = {"attention_loss": attention_loss}
+        guided = self.guided_attention_weight() if self.training else 0.0
+        if guided > 0:
+            losses["guided_attention_loss"] = self._guided_attention_loss(
+                out["alignments"], label_lengths + 1, out["encoder_lengths"]
+            )
         weight = self.ctc_weight()
         if weight > 0:
             labels = outputs.masked_fill(outputs == self.vocabulary.eos_id, self.vocabulary.pad_id)
@@ -200,6 +236,8 @@ class SpeechRecognizer(pl.LightningModule):
             losses["loss"] = (1 - weight) * attention_loss + weight * ctc_loss
         else:
             losses["loss"] = attention_loss
+        if guided > 0:
+            losses["loss"] = losses["loss"] + guided * losses["guided_attention_loss"]
         return losses
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -207,8 +245,9 @@ class SpeechRecognizer(pl.LightningModule):
         size = len(batch.texts)
         self.log("train/loss", losses["loss"], prog_bar=True, batch_size=size)
         self.log("train/attention_loss", losses["attention_loss"], batch_size=size)
-        if "ctc_loss" in losses:
-            self.log("train/ctc_loss", losses["ctc_loss"], batch_size=size)
+        for name in ("ctc_loss", "guided_attention_loss"):
+            if name in losses:
+                self.log(f"train/{name}", losses[name], batch_size=size)
         self.log("train/ctc_weight", self.ctc_weight(), batch_size=size)
         self.log("train/sampling", self.sampling_probability(), batch_size=size)
         return losses["loss"]

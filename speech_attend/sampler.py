@@ -3,7 +3,8 @@
 Each epoch the items are sorted by length (ties broken at random), cut into batches of at
 most ``batch_size`` items and, if set, at most ``max_frames`` padded frames
 (``len(batch) * longest``), and the batches are shuffled. Under DDP every rank builds the same
-list from the same seed and takes every ``world_size``-th batch; the list is first made a
+list from the same seed and takes every ``world_size``-th batch (so under a curriculum the
+ranks go from short to long together); the list is first made a
 multiple of ``world_size`` long by splitting the largest batches, so each rank runs the same
 number of steps, the ranks' batches are disjoint, and together they hold every item once.
 """
@@ -32,6 +33,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         seed (int, optional): the same on every rank. (Default: ``0``)
         num_replicas (int, optional): DDP world size. (Default: ``1``)
         rank (int, optional): this process's rank. (Default: ``0``)
+        curriculum_epochs (int, optional): for this many first epochs the batches go from the
+            shortest to the longest instead of in random order (SortaGrad, Amodei et al. 2016):
+            alignments form first on short utterances, which are also the cheapest. (Default: ``0``)
     """
 
     def __init__(
@@ -43,6 +47,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        curriculum_epochs: int = 0,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -56,6 +61,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.batch_size, self.max_frames = batch_size, max_frames
         self.shuffle, self.seed = shuffle, seed
         self.num_replicas, self.rank = num_replicas, rank
+        self.curriculum_epochs = curriculum_epochs
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -89,7 +95,7 @@ class BucketBatchSampler(Sampler[list[int]]):
                 break  # unreachable while there are at least num_replicas items
             half = batches[largest]
             batches[largest : largest + 1] = [half[: len(half) // 2], half[len(half) // 2 :]]
-        if self.shuffle:
+        if self.shuffle and self.epoch >= self.curriculum_epochs:
             rng.shuffle(batches)
         return batches
 
