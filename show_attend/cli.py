@@ -22,6 +22,7 @@ from typing import Sequence
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
+from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from shared.cli import run_app
@@ -57,13 +58,20 @@ class CaptionCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
+        root = Path(config.trainer.default_root_dir or ".")
         if config.checkpoint.dirpath is None:  # a fixed place: <default_root_dir>/checkpoints/last.ckpt
-            config.checkpoint.dirpath = str(Path(config.trainer.default_root_dir or ".") / "checkpoints")
+            config.checkpoint.dirpath = str(root / "checkpoints")
+        if config.trainer.logger in (None, True):  # CSV curves in the run folder, with or without TensorBoard
+            config.trainer.logger = Namespace(
+                class_path="pytorch_lightning.loggers.CSVLogger", init_args=Namespace(save_dir=str(root), name="logs")
+            )
 
 
 def _lightning(args: list[str]) -> None:
     # run_app hands over sys.argv's own arguments (minus --debug); nothing is given twice.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+    # A fixed encoder keeps its blocks in eval mode on purpose (batch-norm statistics stay put).
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     CaptionCLI(
         Captioner, CaptionDataModule, args=args, save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False
     )

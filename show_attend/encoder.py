@@ -40,16 +40,24 @@ class EncoderConfig:
 
 
 def _small_cnn(width: int) -> list[nn.Module]:
-    """Three stride-2 stages (8x downsampling), each conv + BN + ReLU twice; input has 2 coordinate channels."""
+    """Three stages that halve the resolution (8x in all), each with 3x3 conv + BN + ReLU.
 
-    def conv(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
+    Every halving is centred (a 2x2 stride-2 convolution, then 2x2 max-pools), so each output
+    cell describes its own patch of the image. A 3x3 convolution of stride 2 would centre its
+    output half an input pixel up and left, which after three stages shifts every feature by
+    almost half a cell: attention would then peak beside small objects instead of on them.
+    The input has 2 coordinate channels.
+    """
+
+    def conv(c_in: int, c_out: int, kernel: int = 3, stride: int = 1) -> nn.Sequential:
+        layer = nn.Conv2d(c_in, c_out, kernel, stride, padding=kernel // 2 if kernel % 2 else 0, bias=False)
+        return nn.Sequential(layer, nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
 
     quarter, half = width // 4, width // 2
     return [
-        nn.Sequential(conv(5, quarter, 2), conv(quarter, quarter)),  # /2
-        nn.Sequential(conv(quarter, half, 2), conv(half, half)),  # /4
-        nn.Sequential(conv(half, width, 2), conv(width, width)),  # /8
+        nn.Sequential(conv(5, quarter, kernel=2, stride=2), conv(quarter, quarter)),  # /2
+        nn.Sequential(conv(quarter, half), conv(half, half), nn.MaxPool2d(2)),  # /4
+        nn.Sequential(conv(half, width), conv(width, width), nn.MaxPool2d(2)),  # /8
     ]
 
 

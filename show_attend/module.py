@@ -154,8 +154,13 @@ class Captioner(pl.LightningModule):
         """Annotation vectors `(B, L, D)`: cached features, or the encoder run on the images."""
         return batch["features"] if "features" in batch else self.encoder(batch["images"])
 
-    def forward(self, batch: dict, sample: bool = False) -> dict[str, torch.Tensor]:
+    def forward(self, batch: dict, sample: bool = False, features: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Teacher-forced loss terms of a batch.
+
+        Args:
+            batch (dict): from :func:`show_attend.data.collate`.
+            sample (bool): hard attention: read sampled locations instead of the expected context.
+            features (torch.Tensor or None): the batch's annotation vectors, if already computed.
 
         Returns:
             dict: ``nll`` `(B,)` (``-log p(y|a)`` per caption), ``penalty`` `(B,)` (doubly
@@ -164,7 +169,8 @@ class Captioner(pl.LightningModule):
         """
         captions, lengths = batch["captions"], batch["lengths"]
         inputs, targets = captions[:, :-1], captions[:, 1:]  # (B, T) each
-        out = self.decoder(self.encode(batch), inputs, sample=sample)
+        features = self.encode(batch) if features is None else features
+        out = self.decoder(features, inputs, sample=sample)
         step_mask = lengths_to_mask(lengths, targets.size(1))  # (B, T)
         return {
             "nll": caption_loss(out.logits, targets, step_mask),
@@ -175,9 +181,11 @@ class Captioner(pl.LightningModule):
             "sample_log_probs": out.sample_log_probs,
         }
 
-    def loss(self, batch: dict, sample: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, batch: dict, sample: bool = False, features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training objective of a batch, and the terms to log."""
-        terms = self(batch, sample=sample)
+        terms = self(batch, sample=sample, features=features)
         if sample:  # hard attention with sampled locations: REINFORCE (reward = log p(y | s))
             log_likelihood = -terms["nll"]
             baseline = self.baseline.update(log_likelihood)
@@ -253,12 +261,13 @@ class Captioner(pl.LightningModule):
     # ------------------------------------------------------------------ evaluation
 
     def _evaluation_step(self, batch: dict, stage: str) -> None:
-        loss, logs = self.loss(batch)  # teacher-forced loss, logged for reference only
+        features = self.encode(batch)
+        loss, logs = self.loss(batch, features=features)  # teacher-forced loss, logged for reference only
         batch_size = batch["captions"].size(0)
         self.log(f"{stage}_loss", loss, batch_size=batch_size, sync_dist=True)
         self.log(f"{stage}_token_nll", logs["token_nll"], batch_size=batch_size, sync_dist=True)
         grid = self.encoder.grid
-        for i, hyp in enumerate(self.generate(self.encode(batch))):  # the metrics see decoded captions only
+        for i, hyp in enumerate(self.generate(features)):  # the metrics see decoded captions only
             tokens = self.vocab.decode(hyp.tokens)
             self._outputs.append(
                 {
