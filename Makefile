@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The main job: train both apps on built-in data, write outputs/demo/index.html (FRESH=1 starts over).
 demo: $(STAMP)
-	$(PY) -m shared.tour
+	$(PY) scripts/demo.py $(if $(FRESH),--fresh)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
