@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import soundfile
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from demo_page import build_page  # noqa: E402
@@ -50,47 +51,67 @@ def _json_lines(args: list[str]) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def _train(module: str, config: str, run_dir: Path, data_dir: Path) -> tuple[Path, float]:
-    """Fit (unless a finished checkpoint exists) and test; returns the checkpoint and fit seconds."""
-    checkpoint, timing = run_dir / "checkpoints" / "last.ckpt", run_dir / "train_seconds.txt"
-    if not (checkpoint.is_file() and timing.is_file()):
+def _run_dir(config: str) -> Path:
+    """Where a config's runs go: its ``trainer.default_root_dir``."""
+    settings = yaml.safe_load((ROOT / config).read_text())
+    return ROOT / settings["trainer"]["default_root_dir"]
+
+
+def _newest(run_dir: Path, name: str) -> Path | None:
+    found = sorted(run_dir.glob(f"**/{name}"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _train(module: str, config: str, data_dir: Path) -> tuple[Path, dict, float]:
+    """Fit (unless a finished run exists) and test; returns the checkpoint, test metrics, fit seconds."""
+    run_dir = _run_dir(config)
+    timing = run_dir / "train_seconds.txt"
+    checkpoint = _newest(run_dir, "last.ckpt")
+    if checkpoint is None or not timing.is_file():
         start = time.perf_counter()
-        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir, "--trainer.default_root_dir", run_dir))
+        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir))
         timing.write_text(f"{time.perf_counter() - start:.1f}\n")
-        (run_dir / "test_metrics.json").unlink(missing_ok=True)
+        checkpoint = _newest(run_dir, "last.ckpt")
+        if checkpoint is None:
+            raise SystemExit(f"demo: training left no last.ckpt under {run_dir}")
+        for old in run_dir.glob("**/test_metrics.json"):
+            old.unlink()
     else:
         print(f"   reusing {checkpoint.relative_to(ROOT)}")
-    if not (run_dir / "test_metrics.json").is_file():
-        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir,
-                  "--trainer.default_root_dir", run_dir, "--ckpt_path", checkpoint))
-    return checkpoint, float(timing.read_text())
+    if _newest(run_dir, "test_metrics.json") is None:
+        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir, "--ckpt_path", checkpoint))
+    metrics_file = _newest(run_dir, "test_metrics.json")
+    if metrics_file is None:
+        raise SystemExit(f"demo: testing wrote no test_metrics.json under {run_dir}")
+    return checkpoint, json.loads(metrics_file.read_text()), float(timing.read_text())
 
 
 def _curves(run_dir: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
     """Training loss and the main validation metric against steps, from the CSV logger."""
-    series: dict[str, list[tuple[int, float]]] = {"train loss": [], main_metric: []}
+    wanted = {"train loss": ("train_loss", "train/loss"), main_metric: (f"val_{main_metric}", f"val/{main_metric}")}
+    series: dict[str, list[tuple[int, float]]] = {name: [] for name in wanted}
     for path in sorted(run_dir.glob("**/metrics.csv")):
         with path.open() as f:
             for row in csv.DictReader(f):
-                for name, column in (("train loss", "train_loss"), (main_metric, f"val_{main_metric}")):
-                    value = row.get(column) or row.get(column + "_epoch") or row.get(column + "_step")
+                for name, columns in wanted.items():
+                    names = [f"{column}{suffix}" for column in columns for suffix in ("", "_step", "_epoch")]
+                    value = next((row[n] for n in names if row.get(n)), None)
                     if value:
                         series[name].append((int(row.get("step") or 0), float(value)))
-    return series
+    return {name: sorted(points) for name, points in series.items() if points}
 
 
 def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
     from shared.plots import save_curves
 
-    data_dir, run_dir = data_root / "shapes", out / "runs" / "captioner"
+    data_dir, config = data_root / "shapes", "configs/show_attend/demo.yaml"
     _stage("Captioner 1/3: built-in shapes data")
     if not (data_dir / "dataset_shapes.json").is_file():
         _run(_app("show_attend", "prepare", "shapes", "--out", data_dir))
     else:
         print(f"   reusing {data_dir.relative_to(ROOT)}")
     _stage("Captioner 2/3: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
-    checkpoint, seconds = _train("show_attend", "configs/show_attend/demo.yaml", run_dir, data_dir)
-    test = json.loads((run_dir / "test_metrics.json").read_text())
+    checkpoint, test, seconds = _train("show_attend", config, data_dir)
 
     _stage("Captioner 3/3: caption test images with attention overlays")
     dataset = json.loads((data_dir / "dataset_shapes.json").read_text())
@@ -108,7 +129,7 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
             "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
         })
     curve = out / "curves" / "captioner.png"
-    save_curves(_curves(run_dir, "exact_match"), curve, "captioner (shapes, soft attention)")
+    save_curves(_curves(_run_dir(config), "exact_match"), curve, "captioner (shapes, soft attention)")
     metrics = {
         "exact_match": test.get("exact_match"),
         "bleu4": test.get("bleu4"),
@@ -123,15 +144,14 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
     from shared.plots import save_curves
     from speech_attend.corpora import read_librispeech
 
-    data_dir, run_dir = data_root / "synth", out / "runs" / "recognizer"
+    data_dir, config = data_root / "synth", "configs/speech_attend/demo.yaml"
     _stage("Recognizer 1/3: built-in synthesised speech (espeak-ng)")
     if not (data_dir / "test").is_dir():
         _run(_app("speech_attend", "prepare", "synth", "--out", data_dir))
     else:
         print(f"   reusing {data_dir.relative_to(ROOT)}")
     _stage("Recognizer 2/3: train LAS (configs/speech_attend/demo.yaml), then test on held-out voices")
-    checkpoint, seconds = _train("speech_attend", "configs/speech_attend/demo.yaml", run_dir, data_dir)
-    test = json.loads((run_dir / "test_metrics.json").read_text())
+    checkpoint, test, seconds = _train("speech_attend", config, data_dir)
 
     _stage("Recognizer 3/3: transcribe test files with alignment plots")
     utterances = read_librispeech(data_dir, subsets=["test"])[:SPEECH_FILES]
@@ -155,7 +175,7 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
             "alignment": f"alignments/{alignment.name}" if alignment.is_file() else None,
             "duration_s": line.get("duration_s", 0.0),
         })
-    save_curves(_curves(run_dir, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
+    save_curves(_curves(_run_dir(config), "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
     metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
     return metrics, transcripts, {"Recognizer": "curves/recognizer.png"}
 
@@ -168,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out, data_root = args.out.resolve(), args.data.resolve()
     if args.fresh:
-        for path in (out, data_root / "shapes", data_root / "synth"):
+        runs = [_run_dir(f"configs/{app}/demo.yaml") for app in ("show_attend", "speech_attend")]
+        for path in (out, data_root / "shapes", data_root / "synth", *runs):
             shutil.rmtree(path, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
