@@ -37,7 +37,7 @@ class FinalCheckpoint(Callback):
         path = directory / "last.ckpt"
         if checkpoint is not None and getattr(checkpoint, "_last_global_step_saved", -1) == trainer.global_step and path.is_file():
             return  # ModelCheckpoint already saved this very step
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # full state, so `fit --ckpt_path` can resume from it
 
 
 class _RecognizerCLI(LightningCLI):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_info
 from torch.nn import functional as F
 
 from shared import Vocabulary
@@ -126,6 +127,7 @@ class SpeechRecognizer(pl.LightningModule):
         self._outputs: dict[str, list[tuple[str, str]]] = {}  # stage -> (reference, hypothesis)
         self._loss_totals: dict[str, list] = {}  # stage -> [sum of loss x utterances, utterances]
         self._total_steps: int | None = None  # set when fit configures the optimiser
+        self._last_step_time: float | None = None
 
     def _build(self, vocabulary: Vocabulary) -> None:
         self.vocabulary = vocabulary
@@ -150,7 +152,7 @@ class SpeechRecognizer(pl.LightningModule):
             frames = self.model.frontend.accumulate_statistics(
                 datamodule.statistics_batches(self.hparams.statistics_utterances)
             )
-            print(f"feature statistics from {frames} frames in {time.time() - start:.1f} s", flush=True)
+            rank_zero_info(f"feature statistics from {frames} frames of training audio in {time.time() - start:.1f} s")
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
@@ -248,6 +250,10 @@ class SpeechRecognizer(pl.LightningModule):
         for name in ("ctc_loss", "guided_attention_loss"):
             if name in losses:
                 self.log(f"train/{name}", losses[name], batch_size=size)
+        now = time.perf_counter()
+        if self._last_step_time is not None:  # wall time of a whole step: data, forward, backward, update
+            self.log("train/seconds_per_step", now - self._last_step_time, batch_size=size)
+        self._last_step_time = now
         self.log("train/ctc_weight", self.ctc_weight(), batch_size=size)
         self.log("train/sampling", self.sampling_probability(), batch_size=size)
         return losses["loss"]
@@ -288,7 +294,7 @@ class SpeechRecognizer(pl.LightningModule):
         references, hypotheses = zip(*pairs)
         metrics = speech_metrics(list(references), list(hypotheses))
         for name, value in metrics.items():
-            self.log(f"{stage}/{name}", value, prog_bar=True)  # the same on every rank
+            self.log(f"{stage}/{name}", value, prog_bar=True, sync_dist=True)  # equal on every rank, so the mean is exact
         metrics["utterances"] = len(pairs)
         total, count = self._loss_totals.pop(stage, [0.0, 0])
         metrics["loss"] = total / count if count else float("nan")  # this rank's share
@@ -296,6 +302,7 @@ class SpeechRecognizer(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._split_metrics("val")
+        self._last_step_time = None  # the next step's time would include validation
 
     def on_test_epoch_end(self) -> None:
         metrics = self._split_metrics("test")
@@ -303,4 +310,4 @@ class SpeechRecognizer(pl.LightningModule):
             path = Path(self.trainer.log_dir or self.trainer.default_root_dir) / TEST_METRICS_FILE
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(metrics, indent=2) + "\n")
-            print(f"test metrics written to {path}: WER {metrics['wer']:.4f}  CER {metrics['cer']:.4f}", flush=True)
+            rank_zero_info(f"test metrics written to {path}: WER {metrics['wer']:.4f}  CER {metrics['cer']:.4f}")

@@ -25,6 +25,7 @@ __all__ = ["Transcriber", "Transcript", "split_at_quiet_points", "load_recognize
 
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
 _QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
+_CHUNKS_PER_BATCH = 16
 
 
 def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu"):
@@ -59,6 +60,7 @@ def split_at_quiet_points(
 
     Each cut is placed at the minimum of the smoothed energy between ``min_seconds`` and
     ``max_seconds`` after the previous cut, so it falls in a pause whenever there is one.
+    Energy is measured per 10 ms frame, so an hour of audio costs milliseconds.
 
     Args:
         waveform (torch.Tensor): `(N,)`.
@@ -75,14 +77,17 @@ def split_at_quiet_points(
     total, longest = waveform.numel(), int(max_seconds * sample_rate)
     if total <= longest:
         return [(0, total)]
-    shortest = int((max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate)
-    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate))
-    energy = F.avg_pool1d(waveform.float().square()[None, None], window, stride=1, padding=window // 2,
-                          count_include_pad=False)[0, 0, :total]  # (N,) smoothed power
+    hop = max(1, sample_rate // 100)  # 10 ms frames
+    frames = total // hop
+    power = waveform[: frames * hop].float().view(frames, hop).square().mean(1)  # (F,)
+    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate) // hop)
+    energy = F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, :frames]
+    shortest = (max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate
     chunks, start = [], 0
     while total - start > longest:
-        low, high = start + max(1, shortest), start + longest
-        cut = low + int(energy[low:high].argmin())
+        low = (start + max(hop, int(shortest))) // hop  # frame range where the next cut may go
+        high = max(low + 1, min(frames, (start + longest) // hop))
+        cut = (low + int(energy[low:high].argmin())) * hop + hop // 2  # middle of the quietest frame
         chunks.append((start, cut))
         start = cut
     chunks.append((start, total))
@@ -150,17 +155,21 @@ class Transcriber:
             )
         spans = split_at_quiet_points(wave, self.sample_rate, self.max_chunk_seconds)
         spans = _merge_short_tail(spans, self.model.min_samples())
-        pieces = [wave[a:b] for a, b in spans]
-        lengths = torch.tensor([len(p) for p in pieces])
-        batch = torch.zeros(len(pieces), int(lengths.max()))
-        for i, piece in enumerate(pieces):
-            batch[i, : len(piece)] = piece
-        hyps, encoder_lengths = self.model.decode(
-            batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
-        )
+        hyps, encoder_lengths = [], []
+        for first in range(0, len(spans), _CHUNKS_PER_BATCH):  # chunks decode together, a batch at a time
+            pieces = [wave[a:b] for a, b in spans[first : first + _CHUNKS_PER_BATCH]]
+            lengths = torch.tensor([len(p) for p in pieces])
+            batch = torch.zeros(len(pieces), int(lengths.max()))
+            for i, piece in enumerate(pieces):
+                batch[i, : len(piece)] = piece
+            found, frames = self.model.decode(
+                batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
+            )
+            hyps += found
+            encoder_lengths += frames.tolist()
         texts = ["".join(self.vocabulary.decode(h.tokens)) for h in hyps]
-        alignment, labels = _join_alignments(hyps, encoder_lengths.tolist(), self.vocabulary)
-        return Transcript(str(audio_path), " ".join(t for t in texts if t), wave.numel() / self.sample_rate, len(pieces), alignment, labels)
+        alignment, labels = _join_alignments(hyps, encoder_lengths, self.vocabulary)
+        return Transcript(str(audio_path), " ".join(t for t in texts if t), wave.numel() / self.sample_rate, len(spans), alignment, labels)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
         """Write ``<out_dir>/<audio file stem>.png``: characters against time."""

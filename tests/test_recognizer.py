@@ -1,0 +1,212 @@
+"""The recognizer's parts on tiny inputs: features, listener, sampler, loss, decoding, chunking."""
+
+import math
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from shared import greedy_search
+from speech_attend.data import Batch
+from speech_attend.features import FeatureConfig, FeatureFrontend, SpecAugment
+from speech_attend.listener import Listener, _BLSTM
+from speech_attend.model import LAS, DecodeConfig, LASConfig
+from speech_attend.module import SpeechRecognizer
+from speech_attend.sampler import BucketBatchSampler
+from speech_attend.transcribe import split_at_quiet_points
+
+TINY = LASConfig(
+    listener_hidden=8, pyramid_layers=2, speller_hidden=16, embedding_dim=8, attention_dim=8,
+    location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2,
+)
+CHARS = list("abc ")
+
+
+# ----------------------------------------------------------------------------- listener
+
+
+@pytest.mark.parametrize("lengths", [[37, 16, 9], [8, 31, 15]])
+def test_listener_output_lengths_are_exact_for_odd_lengths(lengths):
+    torch.manual_seed(0)
+    listener = Listener(6, hidden=4, layers=1, pyramid_layers=3, input_stack=1).eval()
+    x = torch.randn(len(lengths), max(lengths), 6)
+    out, out_lengths = listener(x, torch.tensor(lengths))
+    assert out_lengths.tolist() == [n // 8 for n in lengths]
+    assert out.shape == (len(lengths), max(lengths) // 8, 8)
+    for b, n in enumerate(out_lengths.tolist()):
+        assert out[b, n:].abs().sum() == 0  # padding positions come out as zeros
+
+
+def test_listener_output_ignores_padding():
+    torch.manual_seed(0)
+    listener = Listener(6, hidden=4, layers=1, pyramid_layers=2, input_stack=2).eval()
+    x = torch.randn(1, 45, 6)
+    alone, n = listener(x, torch.tensor([45]))
+    padded_input = torch.cat([x, torch.randn(1, 30, 6) * 10], dim=1)  # loud garbage after the end
+    padded, m = listener(padded_input, torch.tensor([45]))
+    assert n.tolist() == m.tolist() == [45 // 8]
+    torch.testing.assert_close(padded[:, : int(n)], alone[:, : int(n)])
+
+
+def test_blstm_equals_a_packed_bidirectional_lstm():
+    torch.manual_seed(0)
+    ours = _BLSTM(5, 3)
+    reference = torch.nn.LSTM(5, 3, batch_first=True, bidirectional=True)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(reference, f"{name}_l0").copy_(getattr(ours.forward_lstm, f"{name}_l0"))
+            getattr(reference, f"{name}_l0_reverse").copy_(getattr(ours.backward_lstm, f"{name}_l0"))
+    x, lengths = torch.randn(3, 11, 5), torch.tensor([11, 4, 7])
+    packed, _ = reference(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))
+    expected, _ = pad_packed_sequence(packed, batch_first=True, total_length=11)
+    torch.testing.assert_close(ours(x, lengths), expected)
+
+
+# ----------------------------------------------------------------------------- sampler
+
+
+def _lengths(n=103, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(50, 500, (n,), generator=g).tolist()
+
+
+def test_bucket_sampler_yields_every_item_once_per_epoch_with_similar_lengths():
+    lengths = _lengths()
+    sampler = BucketBatchSampler(lengths, batch_size=8, seed=1)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert len(batches) == len(sampler)
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread < 40  # buckets group similar lengths (random batches would spread ~350)
+    sampler.set_epoch(1)
+    assert list(sampler) != batches  # a new order each epoch
+    assert sorted(i for b in sampler for i in b) == list(range(len(lengths)))
+
+
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_bucket_sampler_under_two_ranks_is_disjoint_and_complete(epoch):
+    lengths = _lengths(n=61)
+    ranks = [BucketBatchSampler(lengths, batch_size=8, seed=5, num_replicas=2, rank=r) for r in (0, 1)]
+    for sampler in ranks:
+        sampler.set_epoch(epoch)
+    seen = [[i for b in sampler for i in b] for sampler in ranks]
+    assert not set(seen[0]) & set(seen[1])
+    assert sorted(seen[0] + seen[1]) == list(range(len(lengths)))
+    assert len(list(ranks[0])) == len(list(ranks[1])) == len(ranks[0])  # same number of steps
+
+
+def test_bucket_sampler_respects_max_frames():
+    lengths = _lengths()
+    sampler = BucketBatchSampler(lengths, batch_size=100, max_frames=1200, seed=2)
+    batches = list(sampler)
+    assert all(len(b) * max(lengths[i] for i in b) <= 1200 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+
+
+# ----------------------------------------------------------------------------- features
+
+
+def test_spec_augment_masks_only_in_training():
+    torch.manual_seed(0)
+    augment = SpecAugment(FeatureConfig(freq_masks=2, freq_mask_width=10, time_masks=2, time_mask_width=20, time_mask_ratio=0.5))
+    features, frames = torch.randn(4, 100, 80), torch.tensor([100, 80, 60, 40])
+    augment.train()
+    masked = augment(features, frames)
+    assert (masked == 0).any() and not torch.equal(masked, features)
+    augment.eval()
+    assert torch.equal(augment(features, frames), features)
+
+
+def test_global_statistics_normalise_training_features():
+    torch.manual_seed(0)
+    frontend = FeatureFrontend(FeatureConfig(freq_masks=0, time_masks=0))
+    waves = [torch.randn(2, 4000) * 0.1 + torch.sin(torch.arange(4000) / 5.0), torch.randn(2, 3000) * 0.3]
+    batches = [(w, torch.full((2,), w.size(1))) for w in waves]
+    assert not frontend.norm.initialised
+    frames = frontend.accumulate_statistics(batches)
+    assert frontend.norm.initialised and frames == 2 * (1 + (4000 - 400) // 160) + 2 * (1 + (3000 - 400) // 160)
+    features = torch.cat([frontend(w, n)[0].reshape(-1, 80) for w, n in batches])
+    torch.testing.assert_close(features.mean(0), torch.zeros(80), atol=1e-3, rtol=0)
+    torch.testing.assert_close(features.std(0, unbiased=False), torch.ones(80), atol=1e-3, rtol=0)
+    assert "norm.mean" in frontend.state_dict()  # travels with the checkpoint
+
+
+# ----------------------------------------------------------------------------- loss and decoding
+
+
+def _recognizer(**kwargs):
+    torch.manual_seed(0)
+    module = SpeechRecognizer(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS, **kwargs)
+    return module
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    waves = torch.randn(3, 6000, generator=g) * 0.1
+    lengths = torch.tensor([6000, 4500, 3000])
+    return Batch(waves, lengths, ["abc ab", "ca", "b"], ["u1", "u2", "u3"])
+
+
+def test_joint_ctc_attention_loss_is_finite_and_reaches_every_part():
+    module = _recognizer(ctc_weight=0.4)
+    losses = module._loss(_batch())
+    assert {"loss", "attention_loss", "ctc_loss"} <= set(losses)
+    assert all(torch.isfinite(v) for v in losses.values())
+    torch.testing.assert_close(losses["loss"], 0.6 * losses["attention_loss"] + 0.4 * losses["ctc_loss"])
+    losses["loss"].backward()
+    for part in (module.model.listener, module.model.speller, module.model.ctc_head):
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in part.parameters())
+
+
+def test_beam_search_with_one_beam_equals_greedy_decoding():
+    module = _recognizer().eval()
+    model, vocab = module.model, module.vocabulary
+    batch = _batch()
+    hyps, _ = model.decode(batch.waveforms, batch.lengths, vocab.sos_id, vocab.eos_id,
+                           DecodeConfig(ctc_weight=0.0, max_len_ratio=3.0), beam_size=1)
+    states, lengths = model.encode(batch.waveforms, batch.lengths)
+    memory = model.speller.precompute(states, lengths)
+    greedy = greedy_search(lambda t, s: model.speller.step(t, s, memory), model.speller.initial_state(memory),
+                           3, vocab.sos_id, vocab.eos_id, max_len=int((lengths.max() * 3.0).ceil()) + 1)
+    limits = (lengths * 3.0).ceil().long() + 1
+    for hyp, tokens, limit in zip(hyps, greedy, limits.tolist()):
+        assert hyp.tokens == tokens[:limit]
+        assert hyp.attention.shape == (len(hyp.tokens), states.size(1))
+
+
+def test_a_few_training_steps_lower_the_loss():
+    module = _recognizer(ctc_weight=0.3, label_smoothing=0.0, sampling_rate=0.0)
+    module.train()
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-2)
+    batch = _batch()
+    losses = []
+    for _ in range(15):
+        loss = module._loss(batch)["loss"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_audio_shorter_than_one_listener_frame_is_a_clear_error():
+    module = _recognizer()
+    with pytest.raises(ValueError, match="shorter than one listener frame"):
+        module.model.encode(torch.zeros(1, 500), torch.tensor([500]))
+
+
+# ----------------------------------------------------------------------------- chunking
+
+
+def test_long_audio_is_cut_at_quiet_points():
+    rate = 1000
+    tone = torch.sin(torch.arange(3 * rate) * 0.5)  # 3 s of "speech"
+    silence = torch.zeros(int(0.4 * rate))
+    wave = torch.cat([tone, silence, tone, silence, tone, silence, tone])  # pauses end at 3.4, 6.8, 10.2 s
+    spans = split_at_quiet_points(wave, rate, max_seconds=5.0)
+    assert spans[0][0] == 0 and spans[-1][1] == wave.numel()
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, nothing lost
+    assert all(end - start <= 5 * rate for start, end in spans)
+    for _, cut in spans[:-1]:
+        assert wave[cut - 50 : cut + 50].abs().max() < 1e-6  # inside a pause
+    assert split_at_quiet_points(wave[: 4 * rate], rate, max_seconds=5.0) == [(0, 4 * rate)]

@@ -1,0 +1,144 @@
+"""``speech-attend`` end to end on a tiny corpus: fit, test, transcribe, export, bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import yaml
+
+from speech_attend.cli import main
+from speech_attend.synth import prepare_synth
+
+pytestmark = pytest.mark.slow
+
+TINY_CONFIG = {
+    "seed_everything": 0,
+    "trainer": {
+        "accelerator": "cpu", "devices": 1, "max_steps": 3, "limit_val_batches": 1,
+        "enable_progress_bar": False, "enable_model_summary": False, "logger": False,
+    },
+    "model": {
+        "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
+                "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2},
+        "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
+        "warmup_steps": 1,
+    },
+    "data": {"batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A corpus, a config and the checkpoint of a 3-step fit."""
+    root = tmp_path_factory.mktemp("recognizer")
+    corpus = prepare_synth(root / "synth", train=8, dev=2, test=2, seed=0, progress=False)
+    config = root / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_CONFIG))
+    run_dir = root / "run"
+    code = main(["fit", "--config", str(config), "--data.data_dir", str(corpus), "--trainer.default_root_dir", str(run_dir)])
+    assert code == 0
+    checkpoints = sorted(run_dir.rglob("last.ckpt"))
+    assert checkpoints, "fit must leave a checkpoint under default_root_dir"
+    return {"root": root, "corpus": corpus, "config": config, "ckpt": checkpoints[0], "run_dir": run_dir}
+
+
+def test_fit_checkpoint_loads_with_weights_only(trained):
+    checkpoint = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    assert hparams["vocabulary"] and hparams["features"]["n_mels"] == 80
+    assert checkpoint["global_step"] == 3
+    assert int(checkpoint["state_dict"]["model.frontend.norm.frames"]) > 0  # statistics saved
+
+
+def test_test_writes_metrics_json(trained):
+    out = trained["root"] / "test_run"
+    code = main(["test", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]),
+                 "--trainer.default_root_dir", str(out), "--ckpt_path", str(trained["ckpt"])])
+    assert code == 0
+    metrics = json.loads(next(out.rglob("test_metrics.json")).read_text())
+    assert {"wer", "cer", "utterances"} <= set(metrics) and metrics["utterances"] == 2
+
+
+def _test_files(corpus: Path) -> list[str]:
+    return sorted(str(p) for p in (corpus / "test").rglob("*.flac"))
+
+
+def test_transcribe_prints_a_line_per_file(trained, capsys):
+    files = _test_files(trained["corpus"])
+    assert main(["transcribe", "--ckpt", str(trained["ckpt"]), *files]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(files)
+
+
+def test_transcribe_json_and_alignment_pngs(trained, capsys, tmp_path):
+    files = _test_files(trained["corpus"])
+    # A stereo 44.1 kHz WAV of a test file is read too (downmixed and resampled).
+    wave, rate = sf.read(files[0])
+    stereo = tmp_path / "stereo.wav"
+    resampled = np.interp(np.arange(int(len(wave) * 44100 / rate)) * rate / 44100, np.arange(len(wave)), wave)
+    sf.write(stereo, np.stack([resampled, 0.5 * resampled], 1), 44100)
+    code = main(["transcribe", "--ckpt", str(trained["ckpt"]), "--json", "--alignment-dir", str(tmp_path / "png"),
+                 "--beam-size", "3", *files, str(stereo)])
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["audio"] for line in lines] == [*files, str(stereo)]
+    assert all(set(line) == {"audio", "text", "duration_s", "chunks"} and line["chunks"] >= 1 for line in lines)
+    assert abs(lines[-1]["duration_s"] - lines[0]["duration_s"]) < 0.01
+    pngs = sorted((tmp_path / "png").glob("*.png"))
+    assert len(pngs) == 3 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_long_audio_is_transcribed_in_chunks(trained, capsys, tmp_path):
+    files = _test_files(trained["corpus"])
+    waves = [sf.read(f)[0] for f in files]
+    long = tmp_path / "long.flac"
+    sf.write(long, np.concatenate([np.concatenate([w, np.zeros(4000)]) for w in waves * 3]), 16000)
+    code = main(["transcribe", "--ckpt", str(trained["ckpt"]), "--json", "--max-chunk-seconds", "4", str(long)])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["chunks"] >= 2 and result["duration_s"] > 4
+
+
+def test_export_then_transcribe_gives_the_same_text(trained, capsys):
+    exported = trained["root"] / "exported"
+    assert main(["export", "--ckpt", str(trained["ckpt"]), "--out", str(exported)]) == 0
+    assert {p.name for p in exported.iterdir()} == {"model.safetensors", "config.json"}
+    config = json.loads((exported / "config.json").read_text())
+    assert config["vocabulary"] and len(config["feature_statistics"]["mean"]) == 80
+    capsys.readouterr()
+    files = _test_files(trained["corpus"])
+    main(["transcribe", "--ckpt", str(trained["ckpt"]), *files])
+    from_checkpoint = capsys.readouterr().out
+    main(["transcribe", "--ckpt", str(exported), *files])
+    assert capsys.readouterr().out == from_checkpoint
+
+
+@pytest.mark.parametrize("kind", ["missing", "text"])
+def test_bad_audio_file_gives_one_line_error_and_exit_code_2(trained, capsys, tmp_path, kind):
+    path = tmp_path / "speech.wav"
+    if kind == "text":
+        path.write_text("this is not audio\n")
+    code = main(["transcribe", "--ckpt", str(trained["ckpt"]), str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("speech-attend: error:") and str(path) in err
+
+
+def test_missing_checkpoint_gives_one_line_error(capsys, tmp_path):
+    code = main(["transcribe", "--ckpt", str(tmp_path / "nope.ckpt"), str(tmp_path / "a.wav")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "nope.ckpt" in err
+
+
+def test_transcribe_as_a_subprocess(trained):
+    files = _test_files(trained["corpus"])
+    script = Path(sys.executable).parent / "speech-attend"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "speech_attend.cli"]
+    result = subprocess.run([*command, "transcribe", "--ckpt", str(trained["ckpt"]), "--json", files[0]],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["audio"] == files[0]
