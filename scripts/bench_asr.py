@@ -1,0 +1,226 @@
+"""Recognizer benchmarks at a paper-like size, fast path against the naive one, in one run.
+
+    python scripts/bench_asr.py [--device cpu|cuda] [--quick] [--json]
+
+Model: 80-d log-mel, listener of 1 BLSTM + 3 pyramid BLSTM layers of 256 units per direction,
+speller 512 with location-aware attention, 30 characters, joint CTC. Reports:
+
+1. training step time (forward + backward + Adam) of a batch of 16 utterances of 500-1500
+   frames, frames per second, and peak memory;
+2. the padding fraction of an epoch batched at random against the length-bucketed sampler;
+3. beam search (beam 8) over many utterances in one batch against one at a time, same model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shared import beam_search  # noqa: E402
+from speech_attend.features import FeatureConfig  # noqa: E402
+from speech_attend.model import LAS, LASConfig, native_cpu_kernels  # noqa: E402
+from speech_attend.sampler import BucketBatchSampler  # noqa: E402
+
+
+@dataclass
+class BenchConfig:
+    batch: int = 16
+    min_frames: int = 500
+    max_frames: int = 1500
+    vocab: int = 30 + 4  # characters plus <pad> <sos> <eos> <unk>
+    chars_per_second: float = 15.0
+    train_repeats: int = 3
+    beam: int = 8
+    beam_utterances: int = 64
+    beam_max_frames: int = 1500
+    epoch_utterances: int = 4000  # for the padding comparison
+
+
+HOP = 160  # 10 ms at 16 kHz
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _model(cfg: BenchConfig, device) -> LAS:
+    torch.manual_seed(0)
+    config = LASConfig(listener_hidden=256, listener_layers=1, pyramid_layers=3, speller_hidden=512, speller_layers=2,
+                       attention="location", attention_dim=256, ctc_upsample=2)
+    model = LAS(config, FeatureConfig(), cfg.vocab).to(device)
+    return model
+
+
+def _audio(cfg: BenchConfig, count: int, generator, max_frames: int):
+    frames = torch.randint(cfg.min_frames, max_frames + 1, (count,), generator=generator)
+    samples = frames * HOP
+    waveforms = torch.randn(count, int(samples.max()), generator=generator) * 0.1
+    waveforms[torch.arange(waveforms.size(1))[None, :] >= samples[:, None]] = 0
+    return waveforms, samples, frames
+
+
+def train_benchmark(cfg: BenchConfig, device) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    model = _model(cfg, device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    waveforms, samples, frames = _audio(cfg, cfg.batch, generator, cfg.max_frames)
+    chars = (frames.float() / 100 * cfg.chars_per_second).long().clamp_min(2)
+    targets = torch.randint(4, cfg.vocab, (cfg.batch, int(chars.max()) + 1), generator=generator)
+    targets[:, 0] = 1
+    targets[torch.arange(targets.size(1))[None, :] > chars[:, None]] = 0
+    waveforms, samples, targets = waveforms.to(device), samples.to(device), targets.to(device)
+
+    def step():
+        out = model(waveforms, samples, targets[:, :-1])
+        loss = F.cross_entropy(out["logits"].float().transpose(1, 2), targets[:, 1:], ignore_index=0)
+        ctc = F.ctc_loss(out["ctc_log_probs"].transpose(0, 1), targets[:, 1:], out["ctc_lengths"], chars.to(device) - 1,
+                         zero_infinity=True)
+        optimizer.zero_grad(set_to_none=True)
+        (0.7 * loss + 0.3 * ctc).backward()
+        optimizer.step()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    step()  # warm-up
+    times = []
+    for _ in range(cfg.train_repeats):
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    seconds = float(np.median(times))
+    peak = (torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return {
+        "step_seconds": seconds,
+        "frames_per_second": float(frames.sum()) / seconds,
+        "audio_seconds_per_second": float(frames.sum()) / 100 / seconds,
+        "peak_memory_mib": peak,
+        "peak_memory_kind": "cuda max allocated" if device.type == "cuda" else f"process max RSS (was {rss_before:.0f} MiB before)",
+    }
+
+
+def padding_benchmark(cfg: BenchConfig) -> dict:
+    """Fraction of padded frames in one epoch: random batches against length buckets."""
+    rng = random.Random(0)
+    lengths = [rng.randint(cfg.min_frames, cfg.max_frames) for _ in range(cfg.epoch_utterances)]
+
+    def padding(batches):
+        padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+        return 1 - sum(lengths) / padded
+
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    random_batches = [order[i : i + cfg.batch] for i in range(0, len(order), cfg.batch)]
+    bucketed = list(BucketBatchSampler(lengths, cfg.batch, seed=0))
+    return {"random_batches": padding(random_batches), "bucketed_batches": padding(bucketed)}
+
+
+def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig):
+    """LAS.decode's batched beam search with the transcript length fixed per utterance:
+    an untrained model would otherwise stop at once or never."""
+    states, encoder_lengths = model.encode(waveforms, samples)
+    memory = model.speller.precompute(states, encoder_lengths)
+    eos = 2
+
+    def step(tokens, state):
+        inner, t, length = state
+        log_probs, inner, alpha = model.speller.step(tokens, inner, memory)
+        ending = (t + 1 > length)[:, None]
+        is_eos = torch.arange(log_probs.size(1), device=tokens.device)[None, :] == eos
+        return log_probs.masked_fill(ending != is_eos, float("-inf")), (inner, t + 1, length), alpha
+
+    state = (model.speller.initial_state(memory), torch.zeros_like(chars), chars)
+    with native_cpu_kernels():
+        return beam_search(step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1)
+
+
+def beam_benchmark(cfg: BenchConfig, device) -> dict:
+    generator = torch.Generator().manual_seed(1)
+    model = _model(cfg, device).eval()
+    waveforms, samples, frames = _audio(cfg, cfg.beam_utterances, generator, cfg.beam_max_frames)
+    chars = (frames.float() / 100 * cfg.chars_per_second).long()
+    waveforms, samples, chars = waveforms.to(device), samples.to(device), chars.to(device)
+    with torch.no_grad():
+        _decode(model, waveforms[:2, : int(samples[:2].max())], samples[:2], chars[:2], cfg)  # warm-up
+        _sync(device)
+        start = time.perf_counter()
+        batched = _decode(model, waveforms, samples, chars, cfg)
+        _sync(device)
+        batched_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        single = [
+            _decode(model, waveforms[i : i + 1, : int(samples[i])], samples[i : i + 1], chars[i : i + 1], cfg)[0]
+            for i in range(cfg.beam_utterances)
+        ]
+        _sync(device)
+        single_seconds = time.perf_counter() - start
+    same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
+    return {
+        "utterances": cfg.beam_utterances,
+        "beam": cfg.beam,
+        "audio_seconds": float(frames.sum()) / 100,
+        "mean_output_chars": float(chars.float().mean()),
+        "batched_seconds": batched_seconds,
+        "one_at_a_time_seconds": single_seconds,
+        "same_transcripts": f"{same}/{cfg.beam_utterances}",
+        "speedup_batched_beam": single_seconds / batched_seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and utterances (under 2 minutes on 2 CPU cores)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    quick = BenchConfig(batch=8, min_frames=300, max_frames=600, train_repeats=1, beam_utterances=16, beam_max_frames=600)
+    cfg = quick if args.quick else BenchConfig()
+    machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    if device.type == "cuda":
+        machine = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    print(f"recognizer benchmark on {device} ({machine}); config: {asdict(cfg)}", flush=True)
+
+    train = train_benchmark(cfg, device)
+    print(f"\ntraining step (forward + backward + Adam), batch {cfg.batch}, {cfg.min_frames}-{cfg.max_frames} frames")
+    print(f"  {train['step_seconds']:.2f} s/step, {train['frames_per_second']:.0f} frames/s "
+          f"({train['audio_seconds_per_second']:.1f} s of audio per second); peak memory {train['peak_memory_mib']:.0f} MiB "
+          f"({train['peak_memory_kind']})", flush=True)
+
+    pad = padding_benchmark(cfg)
+    print(f"\npadding in an epoch of {cfg.epoch_utterances} utterances, batch {cfg.batch}")
+    print(f"  random batches   {pad['random_batches']:6.1%} of frames are padding")
+    print(f"  bucketed sampler {pad['bucketed_batches']:6.1%}", flush=True)
+
+    beam = beam_benchmark(cfg, device)
+    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_utterances} utterances ({beam['audio_seconds']:.0f} s of audio), same model")
+    print(f"  batched        {beam['batched_seconds']:8.2f} s")
+    print(f"  one at a time  {beam['one_at_a_time_seconds']:8.2f} s   identical transcripts: {beam['same_transcripts']}")
+    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x")
+
+    results = {"device": str(device), "machine": machine, "quick": args.quick, "train_step": train, "padding": pad, "beam": beam}
+    if args.json:
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
