@@ -92,10 +92,6 @@ class Captioner(pl.LightningModule):
         doubly_stochastic (float): lambda of eq. 14; 0 turns the term off. (Default: ``1.0``)
         reinforce (ReinforceConfig): hard attention's baseline, entropy, REINFORCE weights and
             semi-sampling.
-        baseline_per_word (bool): hard attention: keep the moving-average baseline per word and
-            scale it by each caption's length, instead of one baseline per caption (the paper).
-            Still unbiased, but the advantage no longer mostly measures how long a caption is.
-            (Default: ``False``)
         optimizer (OptimizerConfig): Adam and the learning-rate schedule.
         image_size (int): input side in pixels, linked from the data module (used by ``caption``).
         beam_size (int): beams at validation and test. (Default: ``5``)
@@ -111,7 +107,6 @@ class Captioner(pl.LightningModule):
         decoder: DecoderConfig | None = None,
         doubly_stochastic: float = 1.0,
         reinforce: ReinforceConfig | None = None,
-        baseline_per_word: bool = False,
         optimizer: OptimizerConfig | None = None,
         image_size: int = 224,
         beam_size: int = 5,
@@ -134,7 +129,6 @@ class Captioner(pl.LightningModule):
                 "decoder": asdict(decoder),
                 "doubly_stochastic": float(doubly_stochastic),
                 "reinforce": asdict(reinforce),
-                "baseline_per_word": bool(baseline_per_word),
                 "optimizer": asdict(optimizer),
                 "image_size": int(image_size),
                 "beam_size": int(beam_size),
@@ -194,11 +188,7 @@ class Captioner(pl.LightningModule):
         terms = self(batch, sample=sample, features=features)
         if sample:  # hard attention with sampled locations: REINFORCE (reward = log p(y | s))
             log_likelihood = -terms["nll"]
-            if self.hparams.baseline_per_word:
-                words = batch["lengths"].to(log_likelihood.dtype)  # (B,)
-                baseline = self.baseline.update(log_likelihood / words) * words  # (B,)
-            else:
-                baseline = self.baseline.update(log_likelihood)
+            baseline = self.baseline.update(log_likelihood)
             entropy = attention_entropy(terms["alphas"].float())  # (B, T)
             task = reinforce_loss(log_likelihood, terms["sample_log_probs"].float(), entropy, terms["step_mask"], baseline, self.reinforce_config)
         else:
@@ -334,7 +324,8 @@ class Captioner(pl.LightningModule):
         metrics = self.evaluation_metrics(outputs)
         for name, value in metrics.items():
             if value is not None:
-                self.log(f"{stage}_{name}", float(value), prog_bar=name in ("bleu4", "cider", "exact_match"))
+                # Every process holds the same (gathered) value; sync_dist only keeps DDP quiet.
+                self.log(f"{stage}_{name}", float(value), prog_bar=name in ("bleu4", "cider", "exact_match"), sync_dist=True)
         if stage == "test" and self.trainer.is_global_zero:
             self._write_test_results(metrics, outputs)
         return metrics

@@ -197,11 +197,9 @@ def test_doubly_stochastic_penalty_matches_hand_computation_without_padded_steps
     torch.testing.assert_close(doubly_stochastic_penalty(alphas, mask), torch.tensor([0.5]))
 
 
-@pytest.mark.parametrize("per_word", [False, True])
-def test_hard_attention_loss_gives_finite_gradients_to_the_attention(caption_shapes_dir, per_word):
+def test_hard_attention_loss_gives_finite_gradients_to_the_attention(caption_shapes_dir):
     datamodule = CaptionDataModule(str(caption_shapes_dir), image_size=32, min_word_freq=1)
     model = _tiny_captioner(datamodule.vocabulary_tokens, attention="hard")
-    model.hparams.baseline_per_word = per_word
     torch.manual_seed(0)
     loss, logs = model.loss(_batch(datamodule), sample=True)
     loss.backward()
@@ -310,6 +308,15 @@ def test_caption_of_a_missing_or_non_image_file_is_a_one_line_error(caption_trai
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("show-attend: error:") and str(image) in err
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, not a checkpoint"])
+def test_caption_with_a_broken_checkpoint_is_a_one_line_error(caption_shapes_dir, tmp_path, capsys, content):
+    (tmp_path / "model.ckpt").write_bytes(content)
+    image = sorted((caption_shapes_dir / "images").glob("*.png"))[0]
+    assert main(["caption", "--ckpt", str(tmp_path / "model.ckpt"), str(image)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model.ckpt" in err
 
 
 def test_caption_command_runs_as_a_program(caption_trained, caption_shapes_dir):

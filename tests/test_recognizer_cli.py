@@ -12,7 +12,6 @@ import torch
 import yaml
 
 from speech_attend.cli import main
-from speech_attend.synth import prepare_synth
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +35,8 @@ TINY_CONFIG = {
 def trained(tmp_path_factory):
     """A corpus, a config and the checkpoint of a 3-step fit."""
     root = tmp_path_factory.mktemp("recognizer")
-    corpus = prepare_synth(root / "synth", train=8, dev=2, test=2, seed=0, progress=False)
+    corpus = root / "synth"
+    assert main(["prepare", "synth", "--out", str(corpus), "--train", "8", "--dev", "2", "--test", "2"]) == 0
     config = root / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY_CONFIG))
     run_dir = root / "run"
