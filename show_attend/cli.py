@@ -61,6 +61,12 @@ class CaptionCLI(LightningCLI):
         root = Path(config.trainer.default_root_dir or ".")
         if config.checkpoint.dirpath is None:  # a fixed place: <default_root_dir>/checkpoints/last.ckpt
             config.checkpoint.dirpath = str(root / "checkpoints")
+        checkpoint = config.get("ckpt_path")
+        if checkpoint == "last":
+            checkpoint = Path(config.checkpoint.dirpath) / "last.ckpt"
+        if checkpoint and Path(checkpoint).is_file():
+            # The checkpoint holds every weight: do not fetch ImageNet weights for the encoder again.
+            config.model.encoder.pretrained, config.model.encoder.weights_path = False, None
         if config.trainer.logger in (None, True):  # CSV curves in the run folder, with or without TensorBoard
             config.trainer.logger = Namespace(
                 class_path="pytorch_lightning.loggers.CSVLogger", init_args=Namespace(save_dir=str(root), name="logs")

@@ -306,8 +306,9 @@ class SpeechRecognizer(pl.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         metrics = self._split_metrics("test")
+        run_dir = self.trainer.log_dir or self.trainer.default_root_dir  # on every rank: a broadcast under DDP
         if metrics and self.trainer.is_global_zero:
-            path = Path(self.trainer.log_dir or self.trainer.default_root_dir) / TEST_METRICS_FILE
+            path = Path(run_dir) / TEST_METRICS_FILE
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(metrics, indent=2) + "\n")
             rank_zero_info(f"test metrics written to {path}: WER {metrics['wer']:.4f}  CER {metrics['cer']:.4f}")
