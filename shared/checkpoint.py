@@ -50,7 +50,7 @@ def safe_torch_load(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path}: refused to load; it holds objects other than tensors and plain data, "
             f"which could run code ({first_line[:160]})"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError) as err:  # KeyError: a zip without data.pkl
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({str(err).splitlines()[0][:160]})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a checkpoint dictionary, found {type(data).__name__}")

@@ -212,7 +212,6 @@ class Captioner(pl.LightningModule):
         beam_size = beam_size or self.hparams.beam_size
         max_length = max_length or self.hparams.max_decode_length
         memory, state = self.decoder.start(features)
-        memory = memory.repeat_interleave(beam_size)  # the same for every beam of an image: expanded once
 
         def step(tokens: torch.Tensor, state: tuple) -> tuple:
             return self.decoder.step(tokens, state, memory)

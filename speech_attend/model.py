@@ -198,10 +198,9 @@ class LAS(nn.Module):
         beam = config.beam_size if beam_size is None else beam_size
         states, encoder_lengths = self.encode(waveforms, lengths)
         memory = self.speller.precompute(states, encoder_lengths)
-        beams_memory = memory.repeat_interleave(beam)  # constant per utterance: expanded once
 
         def step(tokens, state):
-            return self.speller.step(tokens, state, beams_memory)
+            return self.speller.step(tokens, state, memory)  # Attention serves the K beams from one memory row
 
         max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
         rescore = self.ctc_head is not None and config.ctc_weight > 0
