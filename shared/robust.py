@@ -15,8 +15,17 @@ from typing import Any, NamedTuple, Sequence
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 
-__all__ = ["BadSample", "drop_bad_samples", "SkipBadSamples", "TooManyBadSamples", "NonFiniteLoss", "StopOnNonFinite"]
+__all__ = [
+    "BadSample",
+    "drop_bad_samples",
+    "zero_loss",
+    "SkipBadSamples",
+    "TooManyBadSamples",
+    "NonFiniteLoss",
+    "StopOnNonFinite",
+]
 
 
 class BadSample(NamedTuple):
@@ -37,11 +46,29 @@ def drop_bad_samples(items: Sequence[Any]) -> tuple[list[Any], list[BadSample]]:
     return good, bad
 
 
+def zero_loss(module: torch.nn.Module) -> torch.Tensor:
+    """A loss of exactly 0 that reaches every trainable parameter.
+
+    For a training batch whose items were all unreadable: under DDP every rank must still run
+    a backward pass (the gradient all-reduce waits for all of them), so the step cannot simply
+    be skipped on one rank.
+    """
+    return sum(p.sum() for p in module.parameters() if p.requires_grad) * 0.0
+
+
+def _skipped_and_size(batch: Any) -> tuple[list[BadSample], int]:
+    """``(skipped markers, good items)`` of a dict batch or an object with those attributes."""
+    if isinstance(batch, dict):
+        return list(batch.get("skipped") or []), int(batch.get("batch_size", 0))
+    return list(getattr(batch, "skipped", None) or []), int(getattr(batch, "batch_size", 0))
+
+
 class SkipBadSamples(pl.Callback):
     """Count skipped training samples, log their paths, fail past ``max_fraction``.
 
-    Batches must carry the skipped markers as ``batch["skipped"]`` (a list of
-    :class:`BadSample`) and their size as ``batch["batch_size"]`` (the good items).
+    Batches carry the skipped markers as ``skipped`` (a list of :class:`BadSample`) and the
+    number of good items as ``batch_size``: dict keys or attributes. Unreadable validation and
+    test items are logged too (with the stage in front), but only training counts to the limit.
 
     Args:
         max_fraction (float, optional): largest tolerated fraction of unreadable samples.
@@ -57,28 +84,45 @@ class SkipBadSamples(pl.Callback):
         self.max_fraction, self.min_samples, self.log_name = max_fraction, min_samples, log_name
         self.seen = self.skipped = 0
 
-    def _log_path(self, trainer: pl.Trainer) -> Path:
-        return Path(trainer.log_dir or trainer.default_root_dir) / self.log_name
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # On every rank and once: under DDP trainer.log_dir is a collective call, so it must not
+        # be asked only by the rank that happens to meet a bad file.
+        self._path = Path(trainer.log_dir or trainer.default_root_dir) / self.log_name
+
+    def _write(self, trainer: pl.Trainer, bad: list[BadSample], stage: str) -> Path:
+        path = getattr(self, "_path", None) or Path(trainer.default_root_dir) / self.log_name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prefix = "" if stage == "train" else f"[{stage}] "
+        with path.open("a", encoding="utf-8") as log:
+            for sample in bad:
+                log.write(f"{prefix}{sample.path}\t{sample.reason}\n")
+        return path
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        if not isinstance(batch, dict):
-            return
-        bad: list[BadSample] = batch.get("skipped") or []
-        self.seen += int(batch.get("batch_size", 0)) + len(bad)
+        bad, size = _skipped_and_size(batch)
+        self.seen += size + len(bad)
         if not bad:
             return
         self.skipped += len(bad)
-        path = self._log_path(trainer)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as log:
-            for sample in bad:
-                log.write(f"{sample.path}\t{sample.reason}\n")
+        path = self._write(trainer, bad, "train")
         fraction = self.skipped / max(1, self.seen)
         if self.seen >= self.min_samples and fraction > self.max_fraction:
             raise TooManyBadSamples(
                 f"{self.skipped} of {self.seen} training samples ({fraction:.1%}) could not be read, more than the "
                 f"limit of {self.max_fraction:.1%}; their paths are in {path}"
             )
+
+    def _evaluation_batch(self, trainer: pl.Trainer, batch: Any, stage: str) -> None:
+        bad, _ = _skipped_and_size(batch)
+        if bad:
+            path = self._write(trainer, bad, stage)
+            rank_zero_warn(f"{len(bad)} {stage} sample(s) could not be read and were left out of the metrics; see {path}")
+
+    def on_validation_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluation_batch(trainer, batch, "val")
+
+    def on_test_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluation_batch(trainer, batch, "test")
 
     def state_dict(self) -> dict[str, int]:
         return {"seen": self.seen, "skipped": self.skipped}
@@ -95,29 +139,36 @@ class StopOnNonFinite(pl.Callback):
     """Stop at the first NaN/inf loss or gradient, after saving the last good weights.
 
     (With fp16 loss scaling, inf gradients are expected and handled by the scaler: use this
-    callback with fp32 or bf16.) The check runs before the optimizer step, so the weights saved are those that produced
-    the last finite update. The checkpoint goes to ``<run dir>/checkpoints/last_good.ckpt``
-    and the error names the step and batch.
+    callback with fp32 or bf16.) The check runs before the optimizer step, so the weights saved
+    are those that produced the last finite update. The checkpoint goes to
+    ``<default_root_dir>/checkpoints/last_good.ckpt`` and the error names the step and batch.
+    Under DDP the ranks agree on the decision first (one all-reduce of a flag per step), so a
+    NaN on one rank stops every rank at the same step instead of leaving the others waiting.
     """
 
-    def _stop(self, trainer: pl.Trainer, what: str) -> None:
+    def __init__(self) -> None:
+        self._bad_loss: float | None = None
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss) -> None:
+        finite = bool(loss.detach().isfinite().all())
+        self._bad_loss = None if finite else float(loss.detach())
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer) -> None:
+        grads = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
+        # One device sync per step: check everything at once, find the culprit only on failure.
+        grads_finite = not grads or bool(torch.stack([g.isfinite().all() for _, g in grads]).all())
+        local_ok = grads_finite and self._bad_loss is None
+        if trainer.strategy.reduce_boolean_decision(local_ok, all=True):
+            return
+        if self._bad_loss is not None:
+            what = f"non-finite loss ({self._bad_loss:.4g})"
+        elif not grads_finite:
+            what = f"non-finite gradient in {next(name for name, g in grads if not bool(g.isfinite().all()))}"
+        else:
+            what = "non-finite loss or gradient on another process"
         path = Path(trainer.default_root_dir) / "checkpoints" / "last_good.ckpt"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path)  # collective under DDP: every rank is here
         raise NonFiniteLoss(
             f"{what} at global step {trainer.global_step} (epoch {trainer.current_epoch}, batch "
             f"{trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1}); the last good weights are in {path}"
         )
-
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss) -> None:
-        if not bool(loss.detach().isfinite().all()):
-            self._stop(trainer, f"non-finite loss ({float(loss.detach()):.4g})")
-
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer) -> None:
-        grads = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
-        if not grads:
-            return
-        # One device sync per step: check everything at once, find the culprit only on failure.
-        if bool(torch.stack([g.isfinite().all() for _, g in grads]).all()):
-            return
-        name = next(name for name, g in grads if not bool(g.isfinite().all()))
-        self._stop(trainer, f"non-finite gradient in {name}")

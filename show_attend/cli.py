@@ -26,6 +26,7 @@ from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from shared.cli import run_app
+from shared.robust import SkipBadSamples, StopOnNonFinite
 
 from .data import CaptionDataModule
 from .module import Captioner
@@ -54,6 +55,7 @@ class CaptionCLI(LightningCLI):
         parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         parser.link_arguments("data.image_size", "model.image_size")
         parser.add_lightning_class_args(LastCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(SkipBadSamples, "bad_samples")  # bad_samples.max_fraction: 0.01
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.enable_version_counter": False})
 
     def before_instantiate_classes(self) -> None:
@@ -79,7 +81,8 @@ def _lightning(args: list[str]) -> None:
     # A fixed encoder keeps its blocks in eval mode on purpose (batch-norm statistics stay put).
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     CaptionCLI(
-        Captioner, CaptionDataModule, args=args, save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False
+        Captioner, CaptionDataModule, args=args, save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
+        trainer_defaults={"callbacks": [StopOnNonFinite()]},  # added to any callbacks a config names
     )
 
 

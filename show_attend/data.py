@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from shared import Vocabulary
+from shared.robust import BadSample, drop_bad_samples
 
 __all__ = [
     "DataError",
@@ -44,6 +45,7 @@ __all__ = [
     "read_karpathy",
     "find_karpathy_file",
     "load_image",
+    "image_size",
     "image_transform",
     "build_vocabulary",
     "CaptionDataset",
@@ -175,6 +177,19 @@ def load_image(path: str | Path) -> Image.Image:
         raise ImageError(f"{path}: not a readable image ({reason})") from None
 
 
+def image_size(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of an image from its header, without decoding the pixels.
+
+    Raises:
+        ImageError: missing or not an image.
+    """
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except (OSError, SyntaxError, ValueError) as err:  # UnidentifiedImageError is an OSError
+        raise ImageError(f"{path}: not a readable image ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+
+
 def image_transform(image_size: int, augment: bool = False) -> Callable[[Image.Image], torch.Tensor]:
     """PIL image -> normalised `(3, S, S)` tensor.
 
@@ -208,6 +223,9 @@ class CaptionDataset(Dataset):
         train (bool): draw a random reference each time; otherwise always the first.
         max_caption_length (int): longer captions are cut to this many words.
         features (np.ndarray or None): cached encoder features `(N, L, D)` used instead of images.
+
+    An image that cannot be read comes back as a :class:`~shared.robust.BadSample`, which
+    :func:`collate` drops and the training loop logs; one bad file does not end an epoch.
     """
 
     def __init__(
@@ -221,42 +239,54 @@ class CaptionDataset(Dataset):
     ):
         self.records, self.vocabulary, self.transform = records, vocabulary, transform
         self.train, self.max_caption_length, self.features = train, max_caption_length, features
+        self.unreadable: dict[int, str] = {}  # index -> reason, for images the feature cache could not read
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, index: int) -> dict | BadSample:
         record = self.records[index]
+        if index in self.unreadable:
+            return BadSample(str(record.path), self.unreadable[index])
         choice = int(torch.randint(len(record.references), ())) if self.train else 0
         words = record.references[choice][: self.max_caption_length]
         item = {"index": index, "caption": torch.tensor(self.vocabulary.encode(words, add_sos=True, add_eos=True))}
-        if self.features is not None:
-            item["features"] = torch.from_numpy(np.asarray(self.features[index], dtype=np.float32))
-        else:
-            image = load_image(record.path)
-            item["image"] = self.transform(image)
-            item["size"] = image.size
+        try:
+            if self.features is not None:
+                item["features"] = torch.from_numpy(np.asarray(self.features[index], dtype=np.float32))
+                if not self.train and record.objects:  # pointing accuracy needs the original size
+                    item["size"] = image_size(record.path)
+            else:
+                image = load_image(record.path)
+                item["image"] = self.transform(image)
+                item["size"] = image.size
+        except ImageError as err:  # skipped and logged by shared.robust.SkipBadSamples
+            return BadSample(str(record.path), str(err).removeprefix(f"{record.path}: "))
         if not self.train:
-            if "size" not in item and record.objects:  # pointing accuracy needs the original size
-                with Image.open(record.path) as image:
-                    item["size"] = image.size
             item["references"] = [" ".join(tokens) for tokens in record.references]
             item["key"] = str(record.path)
             item["objects"] = record.objects
         return item
 
 
-def collate(items: list[dict]) -> dict:
-    """Stack a list of items into a batch.
+def collate(items: list[dict | BadSample]) -> dict:
+    """Stack a list of items into a batch, leaving out unreadable ones.
 
     Returns:
         dict: ``captions`` `(B, T + 1)` (``<sos>`` ... ``<eos>``, padded with 0), ``lengths`` `(B,)`
         (targets per caption, ``<eos>`` included), ``index`` `(B,)`, and either ``images``
         `(B, 3, S, S)` or ``features`` `(B, L, D)`; evaluation batches also carry the lists
-        ``references``, ``keys``, ``objects`` and ``sizes`` (original width, height).
+        ``references``, ``keys``, ``objects`` and ``sizes`` (original width, height). Always
+        ``batch_size`` (B) and ``skipped`` (the :class:`~shared.robust.BadSample` markers); when
+        every item was unreadable, only those two.
     """
+    items, skipped = drop_bad_samples(items)
+    if not items:
+        return {"batch_size": 0, "skipped": skipped}
     captions = [item["caption"] for item in items]
     batch = {
+        "batch_size": len(items),
+        "skipped": skipped,
         "captions": torch.nn.utils.rnn.pad_sequence(captions, batch_first=True, padding_value=0),
         "lengths": torch.tensor([len(c) - 1 for c in captions]),
         "index": torch.tensor([item["index"] for item in items]),
@@ -327,6 +357,7 @@ class CaptionDataModule(pl.LightningDataModule):
             raise DataError(f"{self.json_file}: no train (or restval) images")
         self.vocabulary = build_vocabulary(self.records, min_word_freq, max_vocab_size)
         self._features: dict[str, np.ndarray] = {}
+        self._unreadable: dict[str, dict[int, str]] = {}
 
     @property
     def vocabulary_tokens(self) -> list[str]:
@@ -343,7 +374,9 @@ class CaptionDataModule(pl.LightningDataModule):
         train = name == "train"
         transform = image_transform(self.image_size, augment=train and self.augment)
         features = self._features.get(name)
-        return CaptionDataset(records, self.vocabulary, transform, train, self.max_caption_length, features)
+        dataset = CaptionDataset(records, self.vocabulary, transform, train, self.max_caption_length, features)
+        dataset.unreadable = self._unreadable.get(name, {})
+        return dataset
 
     def _loader(self, name: str) -> DataLoader:
         train = name == "train"
@@ -398,6 +431,8 @@ class CaptionDataModule(pl.LightningDataModule):
                 folder.mkdir(parents=True, exist_ok=True)
                 self._write_features(path, records, encode, device)
             self._features[name] = np.load(path, mmap_mode="r")
+            sidecar = _unreadable_file(path)
+            self._unreadable[name] = {int(i): r for i, r in json.loads(sidecar.read_text()).items()} if sidecar.is_file() else {}
 
     def _write_features(self, path: Path, records: list[CaptionRecord], encode: Callable, device) -> None:
         transform = image_transform(self.image_size)
@@ -407,13 +442,25 @@ class CaptionDataModule(pl.LightningDataModule):
             num_workers=self.num_workers,
             collate_fn=collate,
         )
-        partial, out, start = path.with_suffix(".partial.npy"), None, 0
+        partial, out, unreadable = path.with_suffix(".partial.npy"), None, {}
+        index_of = {str(r.path): i for i, r in enumerate(records)}
         for batch in loader:
+            unreadable.update({index_of[bad.path]: bad.reason for bad in batch["skipped"]})
+            if not batch["batch_size"]:
+                continue
             features = encode(batch["images"].to(device)).float().cpu().numpy()  # (B, L, D)
             if out is None:
                 out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16, shape=(len(records), *features.shape[1:]))
-            out[start : start + len(features)] = features
-            start += len(features)
+            out[batch["index"].numpy()] = features
+        if out is None:
+            raise DataError(f"{self.image_dir}: none of the {len(records)} images of this split could be read")
         out.flush()
         del out
+        # Unreadable images keep zero features; the sidecar makes the dataset skip them like any bad file.
+        _unreadable_file(path).write_text(json.dumps({str(i): reason for i, reason in unreadable.items()}))
         partial.replace(path)  # complete files only: an interrupted run rebuilds
+
+
+def _unreadable_file(cache_file: Path) -> Path:
+    """The JSON beside a feature cache file that lists the images it could not read."""
+    return cache_file.with_name(cache_file.name.replace(".npy", ".unreadable.json"))

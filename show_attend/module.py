@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from shared import Hypothesis, MovingAverageBaseline, ReinforceConfig, Vocabulary, attention_entropy, beam_search
 from shared import lengths_to_mask, reinforce_loss
 from shared.metrics import caption_metrics, exact_match
+from shared.robust import zero_loss
 
 from .decoder import Decoder, DecoderConfig
 from .encoder import Encoder, EncoderConfig
@@ -225,9 +226,11 @@ class Captioner(pl.LightningModule):
     # ------------------------------------------------------------------ training
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if not batch["batch_size"]:  # every image of the batch was unreadable (logged by SkipBadSamples)
+            return zero_loss(self)
         sample = self.hard and bool(torch.rand(()) >= self.reinforce_config.semi_sampling)  # once per minibatch
         loss, logs = self.loss(batch, sample=sample)
-        batch_size = batch["captions"].size(0)
+        batch_size = batch["batch_size"]
         self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
         self.log("train_token_nll", logs["token_nll"], batch_size=batch_size)
         self.log("train_attention_penalty", logs["attention_penalty"], batch_size=batch_size)
@@ -260,9 +263,11 @@ class Captioner(pl.LightningModule):
     # ------------------------------------------------------------------ evaluation
 
     def _evaluation_step(self, batch: dict, stage: str) -> None:
+        if not batch["batch_size"]:
+            return
         features = self.encode(batch)
         loss, logs = self.loss(batch, features=features)  # teacher-forced loss, logged for reference only
-        batch_size = batch["captions"].size(0)
+        batch_size = batch["batch_size"]
         self.log(f"{stage}_loss", loss, batch_size=batch_size, sync_dist=True)
         self.log(f"{stage}_token_nll", logs["token_nll"], batch_size=batch_size, sync_dist=True)
         grid = self.encoder.grid

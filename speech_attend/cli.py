@@ -22,6 +22,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
 
 from shared.cli import run_app
+from shared.robust import SkipBadSamples, StopOnNonFinite
 
 __all__ = ["main"]
 
@@ -44,6 +45,7 @@ class _RecognizerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(SkipBadSamples, "bad_samples")  # bad_samples.max_fraction: 0.01
         parser.set_defaults({
             "checkpoint.monitor": "val/cer",
             "checkpoint.mode": "min",
@@ -64,7 +66,7 @@ def _lightning(args: list[str]) -> None:
         _RecognizerCLI(
             SpeechRecognizer,
             SpeechDataModule,
-            trainer_defaults={"callbacks": [FinalCheckpoint()], "use_distributed_sampler": False},  # our sampler shards itself
+            trainer_defaults={"callbacks": [FinalCheckpoint(), StopOnNonFinite()], "use_distributed_sampler": False},  # our sampler shards itself
             save_config_kwargs={"overwrite": True},
             seed_everything_default=0,
         )

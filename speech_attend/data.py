@@ -22,8 +22,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from shared import Vocabulary
+from shared.robust import BadSample, drop_bad_samples
 
-from .audio import audio_duration, load_audio
+from .audio import AudioError, audio_duration, load_audio
 from .corpora import Utterance, read_corpus
 from .sampler import BucketBatchSampler
 from .text import normalize_text
@@ -41,12 +42,19 @@ class Batch(NamedTuple):
         lengths (torch.Tensor): samples per waveform `(B,)`.
         texts (list[str]): normalised transcripts.
         keys (list[str]): utterance ids.
+        skipped (list[BadSample]): items left out because their audio could not be read.
     """
 
     waveforms: torch.Tensor
     lengths: torch.Tensor
     texts: list[str]
     keys: list[str]
+    skipped: list[BadSample] = []
+
+    @property
+    def batch_size(self) -> int:
+        """Utterances in the batch (the readable ones)."""
+        return len(self.keys)
 
 
 class SpeechDataset(Dataset):
@@ -59,6 +67,10 @@ class SpeechDataset(Dataset):
         keep_punctuation (str, optional): text normalisation. (Default: ``"'"``)
         cache (bool, optional): decode every file now and keep it in memory (float16).
             (Default: ``False``)
+
+    A file that cannot be read comes back as a :class:`~shared.robust.BadSample` (it is given a
+    nominal duration of one second for bucketing), which :func:`collate` drops and the training
+    loop logs: one bad file does not end an epoch.
     """
 
     def __init__(
@@ -67,12 +79,31 @@ class SpeechDataset(Dataset):
         self.utterances = utterances
         self.sample_rate = sample_rate
         self.texts = [normalize_text(u.text, lowercase=lowercase, keep_punctuation=keep_punctuation) for u in utterances]
-        self.durations = [u.duration if u.duration is not None else audio_duration(u.audio_path) for u in utterances]
-        self.cache: list[torch.Tensor] | None = None
+        self.unreadable: dict[int, str] = {}  # index -> why its audio cannot be read
+        self.durations = [self._duration(i, u) for i, u in enumerate(utterances)]
+        self.cache: list[torch.Tensor | None] | None = None
         if cache:
             with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:  # libsndfile releases the GIL
-                self.cache = list(pool.map(lambda u: load_audio(u.audio_path, sample_rate).half(), utterances))
-            self.durations = [len(w) / sample_rate for w in self.cache]
+                self.cache = list(pool.map(self._read_for_cache, range(len(utterances))))
+            self.durations = [d if w is None else len(w) / sample_rate for d, w in zip(self.durations, self.cache)]
+
+    def _duration(self, index: int, utterance: Utterance) -> float:
+        if utterance.duration is not None:
+            return utterance.duration
+        try:
+            return audio_duration(utterance.audio_path)
+        except AudioError as err:
+            self.unreadable[index] = _reason(err, utterance.audio_path)
+            return 1.0
+
+    def _read_for_cache(self, index: int) -> torch.Tensor | None:
+        if index in self.unreadable:
+            return None
+        try:
+            return load_audio(self.utterances[index].audio_path, self.sample_rate).half()
+        except AudioError as err:
+            self.unreadable[index] = _reason(err, self.utterances[index].audio_path)
+            return None
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -83,6 +114,7 @@ class SpeechDataset(Dataset):
         subset.utterances = [self.utterances[i] for i in indices]
         subset.texts = [self.texts[i] for i in indices]
         subset.durations = [self.durations[i] for i in indices]
+        subset.unreadable = {new: self.unreadable[old] for new, old in enumerate(indices) if old in self.unreadable}
         subset.cache = None if self.cache is None else [self.cache[i] for i in indices]
         return subset
 
@@ -91,22 +123,38 @@ class SpeechDataset(Dataset):
         return [max(1, int(d * FRAMES_PER_SECOND)) for d in self.durations]
 
     def waveform(self, index: int) -> torch.Tensor:
+        """The waveform `(T,)` of item ``index``; raises :class:`AudioError` for an unreadable file."""
+        path = self.utterances[index].audio_path
+        if index in self.unreadable:
+            raise AudioError(f"{path}: {self.unreadable[index]}")
         if self.cache is not None:
             return self.cache[index].float()
-        return load_audio(self.utterances[index].audio_path, self.sample_rate)
+        return load_audio(path, self.sample_rate)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, str, str]:
-        return self.waveform(index), self.texts[index], self.utterances[index].utt_id
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, str, str] | BadSample:
+        try:
+            wave = self.waveform(index)
+        except AudioError as err:
+            return BadSample(str(self.utterances[index].audio_path), _reason(err, self.utterances[index].audio_path))
+        return wave, self.texts[index], self.utterances[index].utt_id
 
 
-def collate(items: list[tuple[torch.Tensor, str, str]]) -> Batch:
-    """Pad waveforms to the longest and keep the lengths beside them."""
+def _reason(err: AudioError, path) -> str:
+    return str(err).removeprefix(f"{path}: ")
+
+
+def collate(items: list[tuple[torch.Tensor, str, str] | BadSample]) -> Batch:
+    """Pad waveforms to the longest and keep the lengths beside them; unreadable items are left out
+    (listed in ``skipped``), and a batch of only unreadable items has no utterances at all."""
+    items, skipped = drop_bad_samples(items)
+    if not items:
+        return Batch(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), [], [], skipped)
     waves, texts, keys = zip(*items)
     lengths = torch.tensor([len(w) for w in waves], dtype=torch.long)
     padded = torch.zeros(len(waves), int(lengths.max()))
     for i, wave in enumerate(waves):
         padded[i, : len(wave)] = wave
-    return Batch(padded, lengths, list(texts), list(keys))
+    return Batch(padded, lengths, list(texts), list(keys), skipped)
 
 
 def build_vocabulary(texts: list[str]) -> Vocabulary:
@@ -200,7 +248,8 @@ class SpeechDataModule(pl.LightningDataModule):
         indices = list(range(0, len(dataset), step))[:max_utterances]
         for start in range(0, len(indices), batch_size):
             batch = collate([dataset[i] for i in indices[start : start + batch_size]])
-            yield batch.waveforms, batch.lengths
+            if batch.batch_size:  # unreadable files are left out here too
+                yield batch.waveforms, batch.lengths
 
     def _rank(self) -> tuple[int, int]:
         trainer = self.trainer

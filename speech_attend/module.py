@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from shared import Vocabulary
 from shared.metrics import speech_metrics
+from shared.robust import zero_loss
 
 from .data import Batch
 from .features import FeatureConfig
@@ -243,6 +244,8 @@ class SpeechRecognizer(pl.LightningModule):
         return losses
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        if not batch.batch_size:  # every file of the batch was unreadable (logged by SkipBadSamples)
+            return zero_loss(self)
         losses = self._loss(batch)
         size = len(batch.texts)
         self.log("train/loss", losses["loss"], prog_bar=True, batch_size=size)
@@ -268,6 +271,8 @@ class SpeechRecognizer(pl.LightningModule):
         return ["".join(self.vocabulary.decode(h.tokens)) for h in hyps], hyps, encoder_lengths
 
     def _evaluation_step(self, batch: Batch, stage: str) -> None:
+        if not batch.batch_size:
+            return
         losses = self._loss(batch)
         self.log(f"{stage}/loss", losses["loss"], batch_size=len(batch.texts), sync_dist=True)
         totals = self._loss_totals.setdefault(stage, [0.0, 0])
