@@ -8,7 +8,16 @@ speller 512 with location-aware attention, 30 characters, joint CTC. Reports:
 1. training step time (forward + backward + Adam) of a batch of 16 utterances of 500-1500
    frames, frames per second, and peak memory;
 2. the padding fraction of an epoch batched at random against the length-bucketed sampler;
-3. beam search (beam 8) over many utterances in one batch against one at a time, same model.
+3. beam search (beam 8) over many utterances in one batch against one at a time, same model
+   and same code (``Speller.step`` under ``shared.beam_search``, a batch of one), in fp32 and
+   under bf16 autocast (both paths), with how many bf16 transcripts equal the fp32 ones.
+
+The model is untrained, so its own end-of-sentence would come at once or never: each
+utterance's transcript length is fixed at 15 characters per second of audio (``<eos>`` is
+forced at that step and forbidden before), the same in both paths, so both decode exactly the
+same number of steps per utterance and the comparison measures batching alone.
+
+bf16 is an option of this benchmark only: the apps train and decode in fp32 unless asked.
 """
 
 from __future__ import annotations
@@ -131,32 +140,42 @@ def padding_benchmark(cfg: BenchConfig) -> dict:
     return {"random_batches": padding(random_batches), "bucketed_batches": padding(bucketed)}
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def _autocast(device, precision: str):
+    """bf16 autocast (matrix products in bf16, parameters kept in fp32), or nothing for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig):
     """LAS.decode's batched beam search with the transcript length fixed per utterance:
     an untrained model would otherwise stop at once or never."""
     states, encoder_lengths = model.encode(waveforms, samples)
-    memory = model.speller.precompute(states, encoder_lengths)
+    memory = model.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
     eos = 2
 
-    def step(tokens, state):
+    def step(tokens, state, memory):
         inner, t, length = state
         log_probs, inner, alpha = model.speller.step(tokens, inner, memory)
-        ending = (t + 1 > length)[:, None]
+        ending = (t + 1 > length)[:, None]  # (N, 1): this step must end the transcript
         is_eos = torch.arange(log_probs.size(1), device=tokens.device)[None, :] == eos
         return log_probs.masked_fill(ending != is_eos, float("-inf")), (inner, t + 1, length), alpha
 
     state = (model.speller.initial_state(memory), torch.zeros_like(chars), chars)
     with native_cpu_kernels():
-        return beam_search(step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1)
+        return beam_search(step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1,
+                           memory=memory)
 
 
-def beam_benchmark(cfg: BenchConfig, device) -> dict:
+def beam_benchmark(cfg: BenchConfig, device, precision: str = "fp32") -> dict:
+    """Batched against one utterance at a time, the same model and code, in ``precision``."""
     generator = torch.Generator().manual_seed(1)
     model = _model(cfg, device).eval()
     waveforms, samples, frames = _audio(cfg, cfg.beam_utterances, generator, cfg.beam_max_frames)
     chars = (frames.float() / 100 * cfg.chars_per_second).long()
     waveforms, samples, chars = waveforms.to(device), samples.to(device), chars.to(device)
-    with torch.no_grad():
+    with torch.no_grad(), _autocast(device, precision):
         _decode(model, waveforms[:2, : int(samples[:2].max())], samples[:2], chars[:2], cfg)  # warm-up
         _sync(device)
         start = time.perf_counter()
@@ -172,6 +191,7 @@ def beam_benchmark(cfg: BenchConfig, device) -> dict:
         single_seconds = time.perf_counter() - start
     same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
     return {
+        "precision": precision,
         "utterances": cfg.beam_utterances,
         "beam": cfg.beam,
         "audio_seconds": float(frames.sum()) / 100,
@@ -180,6 +200,7 @@ def beam_benchmark(cfg: BenchConfig, device) -> dict:
         "one_at_a_time_seconds": single_seconds,
         "same_transcripts": f"{same}/{cfg.beam_utterances}",
         "speedup_batched_beam": single_seconds / batched_seconds,
+        "transcripts": [b[0].tokens for b in batched],
     }
 
 
@@ -210,11 +231,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  random batches   {pad['random_batches']:6.1%} of frames are padding")
     print(f"  bucketed sampler {pad['bucketed_batches']:6.1%}", flush=True)
 
-    beam = beam_benchmark(cfg, device)
-    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_utterances} utterances ({beam['audio_seconds']:.0f} s of audio), same model")
-    print(f"  batched        {beam['batched_seconds']:8.2f} s")
-    print(f"  one at a time  {beam['one_at_a_time_seconds']:8.2f} s   identical transcripts: {beam['same_transcripts']}")
-    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x")
+    beam = {precision: beam_benchmark(cfg, device, precision) for precision in PRECISIONS}
+    fp32_transcripts = beam["fp32"].pop("transcripts")
+    bf16_transcripts = beam["bf16"].pop("transcripts")
+    beam["bf16"]["same_as_fp32"] = f"{sum(a == b for a, b in zip(fp32_transcripts, bf16_transcripts))}/{cfg.beam_utterances}"
+    beam["speedup_batched_beam"] = beam["fp32"]["speedup_batched_beam"]
+    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_utterances} utterances ({beam['fp32']['audio_seconds']:.0f} s of audio, "
+          f"{beam['fp32']['mean_output_chars']:.0f} characters on average), same model")
+    print(f"  {'precision':<11}{'batched s':>11}{'one at a time s':>17}{'speedup':>9}{'batched = single':>18}{'= fp32':>8}")
+    for precision in PRECISIONS:
+        r = beam[precision]
+        print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['one_at_a_time_seconds']:>17.2f}"
+              f"{r['speedup_batched_beam']:>8.2f}x{r['same_transcripts']:>18}{r.get('same_as_fp32', '-'):>8}")
+    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
+          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)", flush=True)
 
     results = {"device": str(device), "machine": machine, "quick": args.quick, "train_step": train, "padding": pad, "beam": beam}
     if args.json:

@@ -5,11 +5,15 @@
 1. Training step (forward + backward + Adam) of the Show, Attend and Tell decoder on a 14x14
    grid of 2048-d features, embedding/attention/LSTM 512, 10,000 words, batch 32, captions of
    10-22 tokens: feature projection computed once per image (ours) against recomputed at every
-   step (what the most-used tutorial does). Also reports achieved GFLOP/s against the
-   machine's measured matrix-multiply rate.
-2. Beam search (beam 5) over many images in one batch against one image at a time, same model.
+   step (what the most-used tutorial does), in fp32 and under bf16 autocast. Also reports
+   achieved GFLOP/s against the machine's measured matrix-multiply rate of the same precision.
+2. Beam search (beam 5) over many images in one batch against one image at a time, same model
+   and same code (``Decoder.step`` under ``shared.beam_search``, a batch of one), in fp32 and
+   under bf16 autocast (both paths), with how many bf16 captions equal the fp32 ones.
 3. An epoch over Flickr8k-sized training data (6,000 images, one caption each): features read
    from the memory-mapped feature cache against running a frozen ResNet-101 on every batch.
+
+bf16 is an option of this benchmark only: the apps train and decode in fp32 unless asked.
 """
 
 from __future__ import annotations
@@ -76,9 +80,18 @@ def _timed(fn, repeats: int, device: torch.device) -> float:
     return float(np.median(times))
 
 
-def matmul_rate(device: torch.device, n: int = 2048) -> float:
-    """Measured GFLOP/s of a square fp32 matrix multiply."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+PRECISIONS = ("fp32", "bf16")
+
+
+def _autocast(device: torch.device, precision: str):
+    """bf16 autocast (matrix products in bf16, parameters kept in fp32), or nothing for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def matmul_rate(device: torch.device, precision: str = "fp32", n: int = 2048) -> float:
+    """Measured GFLOP/s of a square matrix multiply in ``precision``."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     seconds = _timed(lambda: a @ b, 5, device)
     return 2 * n**3 / seconds / 1e9
 
@@ -103,14 +116,17 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     features, captions, lengths = _batch(cfg, device, generator)
     step_mask = lengths_to_mask(lengths, cfg.max_len)
     results = {}
-    for name, cls in (("precomputed_keys", Decoder), ("recomputed_keys", RecomputedKeysDecoder)):
+    runs = (("precomputed_keys", Decoder, "fp32"), ("recomputed_keys", RecomputedKeysDecoder, "fp32"),
+            ("precomputed_keys_bf16", Decoder, "bf16"))
+    for name, cls, precision in runs:
         decoder = _decoder(cls, cfg, device).train()
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
 
         def step():
-            out = decoder(features, captions[:, :-1])
-            loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
-            loss = loss + doubly_stochastic_penalty(out.alphas, step_mask).mean()
+            with _autocast(device, precision):  # forward and loss; backward follows the forward's dtypes
+                out = decoder(features, captions[:, :-1])
+                loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
+                loss = loss + doubly_stochastic_penalty(out.alphas.float(), step_mask).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -119,8 +135,9 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
             step()
         seconds = _timed(step, cfg.train_repeats, device)
         flops = counter.get_total_flops()
-        results[name] = {"step_seconds": seconds, "gflop": flops / 1e9, "gflop_per_s": flops / seconds / 1e9}
+        results[name] = {"precision": precision, "step_seconds": seconds, "gflop": flops / 1e9, "gflop_per_s": flops / seconds / 1e9}
     results["speedup_precomputed_keys"] = results["recomputed_keys"]["step_seconds"] / results["precomputed_keys"]["step_seconds"]
+    results["speedup_bf16"] = results["precomputed_keys"]["step_seconds"] / results["precomputed_keys_bf16"]["step_seconds"]
     return results
 
 
@@ -131,7 +148,7 @@ def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg
     memory, (h, c) = decoder.start(features)  # one memory row serves all beams of an image
     eos = 2
 
-    def step(tokens, state):
+    def step(tokens, state, memory):
         h, c, t, length = state
         log_probs, (h, c), alpha = decoder.step(tokens, (h, c), memory)
         ending = (t + 1 > length)[:, None]  # (N, 1): this step must end the caption
@@ -140,16 +157,18 @@ def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg
         return log_probs, (h, c, t + 1, length), alpha
 
     state = (h, c, torch.zeros_like(lengths), lengths)
-    return beam_search(step, state, features.size(0), cfg.beam, sos=1, eos=eos, max_len=cfg.max_len + 1)
+    return beam_search(step, state, features.size(0), cfg.beam, sos=1, eos=eos, max_len=cfg.max_len + 1, memory=memory)
 
 
-def beam_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
+def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str = "fp32") -> dict:
+    """Batched against one image at a time, the same decoder and code, in ``precision``."""
     decoder = _decoder(Decoder, cfg, device).eval()
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator).to(device)
     lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator).to(device)
-    with torch.no_grad():
+    with torch.no_grad(), _autocast(device, precision):
         _decode(decoder, features[:2], lengths[:2], cfg)  # warm-up
+        _decode(decoder, features[:1], lengths[:1], cfg)
         _sync(device)
         start = time.perf_counter()
         batched = _decode(decoder, features, lengths, cfg)
@@ -162,6 +181,7 @@ def beam_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
     mean_len = float(np.mean([len(b[0].tokens) for b in batched]))
     return {
+        "precision": precision,
         "images": cfg.beam_images,
         "beam": cfg.beam,
         "mean_caption_tokens": mean_len,
@@ -170,6 +190,7 @@ def beam_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
         "images_per_s_batched": cfg.beam_images / batched_seconds,
         "same_captions": f"{same}/{cfg.beam_images}",
         "speedup_batched_beam": single_seconds / batched_seconds,
+        "captions": [b[0].tokens for b in batched],
     }
 
 
@@ -234,22 +255,34 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         machine = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     print(f"captioner benchmark on {device} ({machine}); config: {asdict(cfg)}", flush=True)
-    rate = matmul_rate(device)
-    print(f"measured fp32 matmul rate: {rate:.0f} GFLOP/s", flush=True)
+    rates = {precision: matmul_rate(device, precision) for precision in PRECISIONS}
+    print("measured matmul rate: " + ", ".join(f"{p} {r:.0f} GFLOP/s" for p, r in rates.items()), flush=True)
 
     train = train_step_benchmark(cfg, device)
     print("\ntraining step (forward + backward + Adam), batch 32, paper size")
-    print(f"  {'path':<22}{'s/step':>10}{'GFLOP':>10}{'GFLOP/s':>10}{'% of matmul':>13}")
-    for name in ("precomputed_keys", "recomputed_keys"):
+    print(f"  {'path':<24}{'s/step':>10}{'GFLOP':>10}{'GFLOP/s':>10}{'% of matmul':>13}")
+    for name in ("precomputed_keys", "recomputed_keys", "precomputed_keys_bf16"):
         r = train[name]
-        print(f"  {name:<22}{r['step_seconds']:>10.3f}{r['gflop']:>10.1f}{r['gflop_per_s']:>10.1f}{100 * r['gflop_per_s'] / rate:>12.0f}%")
-    print(f"  speedup_precomputed_keys = {train['speedup_precomputed_keys']:.2f}x", flush=True)
+        print(f"  {name:<24}{r['step_seconds']:>10.3f}{r['gflop']:>10.1f}{r['gflop_per_s']:>10.1f}"
+              f"{100 * r['gflop_per_s'] / rates[r['precision']]:>12.0f}%")
+    print(f"  speedup_precomputed_keys = {train['speedup_precomputed_keys']:.2f}x, bf16 autocast = {train['speedup_bf16']:.2f}x",
+          flush=True)
 
-    beam = beam_benchmark(cfg, device)
-    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_images} images, same model")
-    print(f"  batched        {beam['batched_seconds']:8.2f} s  ({beam['images_per_s_batched']:.1f} images/s)")
-    print(f"  one at a time  {beam['one_at_a_time_seconds']:8.2f} s   identical captions: {beam['same_captions']}")
-    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x", flush=True)
+    beam = {precision: beam_benchmark(cfg, device, precision) for precision in PRECISIONS}
+    fp32_captions = beam["fp32"].pop("captions")
+    bf16_captions = beam["bf16"].pop("captions")
+    beam["bf16"]["same_as_fp32"] = f"{sum(a == b for a, b in zip(fp32_captions, bf16_captions))}/{cfg.beam_images}"
+    beam["speedup_batched_beam"] = beam["fp32"]["speedup_batched_beam"]
+    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_images} images, same model, "
+          f"captions of {cfg.min_len}-{cfg.max_len} words")
+    print(f"  {'precision':<11}{'batched s':>11}{'images/s':>10}{'one at a time s':>17}{'speedup':>9}"
+          f"{'batched = single':>18}{'= fp32':>8}")
+    for precision in PRECISIONS:
+        r = beam[precision]
+        print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['images_per_s_batched']:>10.1f}{r['one_at_a_time_seconds']:>17.2f}"
+              f"{r['speedup_batched_beam']:>8.2f}x{r['same_captions']:>18}{r.get('same_as_fp32', '-'):>8}")
+    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
+          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)", flush=True)
 
     epoch = epoch_benchmark(cfg, device)
     print(f"\nan epoch of {cfg.epoch_images} images (estimated from {cfg.epoch_batches} timed batches)")
@@ -257,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  memory-mapped feature cache   {epoch['epoch_seconds_feature_cache']:10.0f} s")
     print(f"  speedup_feature_cache = {epoch['speedup_feature_cache']:.2f}x")
 
-    results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rate,
+    results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rates["fp32"],
+               "matmul_gflop_per_s_bf16": rates["bf16"],
                "train_step": train, "beam": beam, "epoch": epoch}
     if args.json:
         print(json.dumps(results))

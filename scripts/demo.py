@@ -125,7 +125,7 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
         captions.append({
             "image": f"images/{im['filename']}",
             "caption": line["caption"],
-            "reference": im["sentences"][0]["raw"],
+            "references": [sentence["raw"] for sentence in im["sentences"]],
             "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
         })
     curve = out / "curves" / "captioner.png"

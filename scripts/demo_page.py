@@ -19,7 +19,7 @@ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px;
 h1 { margin-bottom: 0.2rem; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.3rem; margin-top: 2.5rem; }
 .metrics { border-collapse: collapse; } .metrics td, .metrics th { padding: 0.3rem 0.9rem; border: 1px solid #ddd; }
 .item { border: 1px solid #e3e3e3; border-radius: 6px; padding: 0.8rem; margin: 1rem 0; }
-.item img.overlay, .item img.alignment { width: 100%; } .item img.thumb { width: 128px; image-rendering: pixelated; }
+.item img.overlay { width: 100%; } .item img.alignment { width: 100%; max-width: 760px; } .ok { color: #060; } .miss { color: #a00; } .item img.thumb { width: 128px; image-rendering: pixelated; }
 .row { display: flex; gap: 1rem; align-items: flex-start; } .label { color: #777; width: 7rem; flex: none; }
 del { background: #fdd; color: #a00; } ins { background: #dfd; color: #060; text-decoration: none; }
 .sub { background: #ffe9b3; } .small { color: #777; font-size: 0.9rem; }
@@ -48,6 +48,17 @@ def highlight_errors(reference: str, hypothesis: str) -> str:
     return " ".join(parts)
 
 
+def _words(text: str) -> list[str]:
+    return "".join(c if c.isalnum() or c.isspace() else " " for c in text.lower()).split()
+
+
+def _match_mark(item: dict) -> str:
+    """A tick when the caption equals one of the references word for word (what exact match counts)."""
+    if any(_words(item["caption"]) == _words(r) for r in item["references"]):
+        return ' <span class="ok" title="equals a reference word for word">&#10003; exact match</span>'
+    return ' <span class="miss">differs from every reference</span>'
+
+
 def _metric_rows(metrics: dict) -> str:
     rows = []
     for app, values in metrics.items():
@@ -63,7 +74,7 @@ def build_page(out_dir: str | Path, metrics: dict, captions: list[dict], transcr
     Args:
         out_dir (str or Path): the demo folder; every path below is relative to it.
         metrics (dict): ``{"captioner": {...}, "recognizer": {...}}``.
-        captions (list of dict): ``image``, ``caption``, ``reference``, ``overlay``.
+        captions (list of dict): ``image``, ``caption``, ``references`` (list), ``overlay``.
         transcripts (list of dict): ``audio``, ``reference``, ``text``, ``alignment``, ``duration_s``.
         curves (dict): title -> PNG of training curves.
 
@@ -85,8 +96,9 @@ def build_page(out_dir: str | Path, metrics: dict, captions: list[dict], transcr
         body.append(
             '<div class="item"><div class="row">'
             f'<img class="thumb" src="{html.escape(item["image"])}" alt="test image">'
-            f'<div><div class="row"><span class="label">caption</span><b>{html.escape(item["caption"])}</b></div>'
-            f'<div class="row"><span class="label">reference</span>{html.escape(item["reference"])}</div></div>'
+            f'<div><div class="row"><span class="label">caption</span><b>{html.escape(item["caption"])}</b>{_match_mark(item)}</div>'
+            + "".join(f'<div class="row"><span class="label">reference</span>{html.escape(r)}</div>' for r in item["references"])
+            + "</div>"
             f"</div>{overlay}</div>"
         )
     body.append("<h2>Recognizer: transcripts and attention alignments</h2>")

@@ -15,7 +15,8 @@ def _touch(path: Path) -> str:
 
 
 def test_page_links_every_artifact_and_nothing_missing(tmp_path):
-    captions = [{"image": _touch(tmp_path / "images/a.png"), "caption": "a red circle", "reference": "a red circle",
+    captions = [{"image": _touch(tmp_path / "images/a.png"), "caption": "a red circle",
+                 "references": ["A red circle.", "A small red circle."],
                  "overlay": _touch(tmp_path / "overlays/a.png")}]
     transcripts = [{"audio": _touch(tmp_path / "audio/u.wav"), "reference": "the cat sat", "text": "the hat sat",
                     "alignment": _touch(tmp_path / "alignments/u.png"), "duration_s": 1.5}]
@@ -27,6 +28,7 @@ def test_page_links_every_artifact_and_nothing_missing(tmp_path):
     for link in ("images/a.png", "overlays/a.png", "audio/u.wav", "alignments/u.png", "curves/captioner.png"):
         assert f'src="{link}"' in text
     assert "<audio controls" in text and "0.050" in text
+    assert "exact match" in text and "A small red circle." in text
 
     (tmp_path / "overlays/a.png").unlink()
     assert missing_links(page) == ["overlays/a.png"]
@@ -43,3 +45,12 @@ def test_transcript_errors_are_highlighted():
     assert '<span class="sub" title="reference: black">back</span>' in marked
     assert "<ins>now</ins>" in marked
     assert "<del>" in highlight_errors("a b c", "a c")
+
+
+def test_a_caption_is_marked_exact_only_when_it_equals_a_reference(tmp_path):
+    def page_for(caption):
+        item = {"image": "a.png", "caption": caption, "references": ["A red circle.", "A small red circle."], "overlay": None}
+        return build_page(tmp_path, {}, [item], [], {}).read_text()
+
+    assert "&#10003; exact match" in page_for("a small red circle")
+    assert "differs from every reference" in page_for("a big red circle")
