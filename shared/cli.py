@@ -8,6 +8,7 @@ covers the apps' own error classes) is printed as one line, ``error: ...``, with
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -21,6 +22,11 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test")
 def _usage(prog: str, commands: dict[str, Callable]) -> str:
     names = " | ".join([*LIGHTNING_COMMANDS, *commands])
     return f"usage: {prog} {{{names}}} [options]   ('{prog} COMMAND --help' for a command's options)"
+
+
+def _no_lightning_adverts(record: logging.LogRecord) -> bool:
+    # Lightning 2.6 prints a tip for its cloud logger on every fit; not a message for our users.
+    return "litlogger" not in record.getMessage()
 
 
 def run_app(
@@ -53,6 +59,7 @@ def run_app(
     try:
         if command in commands:
             return int(commands[command](rest) or 0)
+        logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_no_lightning_adverts)
         lightning([command, *rest])
         return 0
     except KeyboardInterrupt:
