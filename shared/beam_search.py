@@ -6,17 +6,27 @@ one call of the model advances every hypothesis by one token.
 The model is seen only through a step function::
 
     step_fn(tokens: (N,), state) -> (log_probs: (N, V), new_state, attention: (N, L) or None)
+    step_fn(tokens: (N,), state, memory) -> the same, when ``memory`` is given
 
-where ``state`` is any nest (tuple, list, dict) of tensors whose first dimension is ``N``.
-Beam search expands ``state`` to ``B * K`` rows at the start and reorders it after every step;
-anything that is the same for all beams of a sequence (e.g. the attention memory) is better
-captured by the step function once, expanded with ``repeat_interleave(K)``.
+where ``state`` is any nest (tuple, list, dict) of tensors whose first dimension is ``N``, one
+row per hypothesis, and ``memory`` a nest whose first dimension is the number of sequences in
+the batch: what all beams of a sequence share (e.g. the attention memory), never copied per
+beam (:class:`shared.Attention` reads one memory row for ``K`` consecutive queries).
 
 Bookkeeping follows the usual recipe: of the top ``2K`` candidates, those ending in ``<eos>``
 that rank within the first ``K`` become finished hypotheses, and the best ``K`` that do not end
 continue. A sequence is done when it has ``K`` finished hypotheses or reaches its maximum
 length; if none ever finished, its best unfinished hypothesis is returned. With ``K = 1`` this is
 exactly greedy decoding.
+
+Two things keep the work proportional to the live hypotheses, without changing any result:
+
+* the first step runs one row per sequence (its ``K`` beams are still identical), so ``N = B``
+  there and ``B * K`` after;
+* sequences that are done leave the batch: once they are a quarter of it, their rows of
+  ``state`` and ``memory`` are dropped, so ``N`` and the memory's first dimension shrink.
+  A step function must therefore keep everything per-sequence in ``state`` or ``memory``,
+  never in a closure.
 """
 
 from __future__ import annotations
@@ -29,7 +39,11 @@ from torch.utils._pytree import tree_map
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search"]
 
-StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any, torch.Tensor | None]]
+StepFn = Callable[..., tuple[torch.Tensor, Any, torch.Tensor | None]]
+
+# Done sequences are dropped once they are this share of the batch: often enough that the
+# work follows the live sequences, rarely enough that copying the memory stays cheap.
+_COMPACT_FRACTION = 0.25
 
 
 @dataclass
@@ -65,6 +79,11 @@ def _per_sequence_limit(max_len: int | torch.Tensor, batch_size: int) -> list[in
     return [int(max_len)] * batch_size
 
 
+def _select(nest: Any, index: torch.Tensor) -> Any:
+    """Rows ``index`` of every tensor in a nest."""
+    return tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor) else x, nest)
+
+
 @torch.no_grad()
 def beam_search(
     step_fn: StepFn,
@@ -77,6 +96,7 @@ def beam_search(
     length_penalty: float = 0.0,
     nbest: int = 1,
     return_attention: bool = True,
+    memory: Any = None,
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sequences with ``beam_size`` beams each, in one batch.
 
@@ -92,6 +112,9 @@ def beam_search(
             finished hypotheses; 0 ranks by total log-probability, 1 by the per-token mean.
         nbest (int, optional): hypotheses returned per sequence (at most ``K``). (Default: ``1``)
         return_attention (bool, optional): keep each step's attention weights. (Default: ``True``)
+        memory (optional): nest of tensors with first dimension ``B``, shared by the ``K`` beams
+            of each sequence; passed to ``step_fn`` as its third argument when given.
+            (Default: ``None``)
 
     Returns:
         list[list[Hypothesis]]: for each sequence, its best ``nbest`` hypotheses, best first.
@@ -100,10 +123,12 @@ def beam_search(
         raise ValueError(f"beam_size and batch_size must be >= 1, got {beam_size} and {batch_size}")
     K, B = beam_size, batch_size
     limits = _per_sequence_limit(max_len, B)
-    state = tree_map(lambda x: x.repeat_interleave(K, dim=0) if isinstance(x, torch.Tensor) else x, state)
+    first = _first_tensor(state) if _first_tensor(state) is not None else _first_tensor(memory)
+    device = first.device if first is not None else torch.device("cpu")
 
-    device = _first_tensor(state).device if _first_tensor(state) is not None else torch.device("cpu")
-    tokens = torch.full((B * K,), sos, dtype=torch.long, device=device)
+    active = list(range(B))  # the original index of each sequence still in the batch
+    expanded = False  # whether state has K rows per sequence yet (one until the first step)
+    tokens = torch.full((B,), sos, dtype=torch.long, device=device)
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams start distinct
     history = torch.empty(B * K, 0, dtype=torch.long, device=device)
@@ -111,7 +136,7 @@ def beam_search(
     step_attention_width: int | None = None
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
-    row_offsets = (torch.arange(B, device=device) * K)[:, None]  # (B, 1)
+    beam_ids = torch.arange(K, device=device)
 
     def hypothesis(row: int, score: float, is_finished: bool) -> Hypothesis:
         length = history.size(1) + int(is_finished)
@@ -123,56 +148,75 @@ def beam_search(
         return Hypothesis(history[row].tolist(), score, _normalize(score, length, length_penalty), is_finished, attention)
 
     for step in range(max(limits)):
-        for b in range(B):  # sequences that used up their length stop here
+        for i, b in enumerate(active):  # sequences that used up their length stop here
             if not done[b] and step >= limits[b]:
                 done[b] = True
                 if not finished[b]:
-                    finished[b].append(hypothesis(b * K, float(scores[b, 0]), False))
-        if all(done):
+                    finished[b].append(hypothesis(i * K, float(scores[i, 0]), False))
+        live = [i for i, b in enumerate(active) if not done[b]]
+        if not live:
             break
+        if len(active) - len(live) >= _COMPACT_FRACTION * len(active):  # drop the done sequences
+            kept = torch.tensor(live, device=device)
+            kept_rows = (kept[:, None] * K + beam_ids).view(-1)  # (B' * K,)
+            state_rows = kept_rows if expanded else kept
+            state, tokens = _select(state, state_rows), tokens.index_select(0, state_rows)
+            memory = _select(memory, kept)
+            scores, history = scores.index_select(0, kept), history.index_select(0, kept_rows)
+            if attention_history is not None:
+                attention_history = attention_history.index_select(0, kept_rows)
+            active = [active[i] for i in live]
+        n = len(active)
 
-        log_probs, state, attention = step_fn(tokens, state)  # (N, V), ..., (N, L)
+        if memory is None:
+            log_probs, state, attention = step_fn(tokens, state)  # (N, V), ..., (N, L)
+        else:
+            log_probs, state, attention = step_fn(tokens, state, memory)
         vocab = log_probs.size(-1)
         if attention is not None:
             step_attention_width = attention.size(-1)
-        candidates = (scores.view(-1, 1) + log_probs.float()).view(B, K * vocab)  # (B, K*V)
-        top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B, 2K), sorted
+        # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
+        candidates = (scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
+        top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
         origin_beam, top_tokens = top_ids // vocab, top_ids % vocab
-        origin_rows = row_offsets + origin_beam  # (B, 2K) rows in the N = B*K batch
+        origin_rows = (torch.arange(n, device=device) * K)[:, None] + origin_beam  # (B', 2K) rows of the B'*K batch
         ends = top_tokens == eos
 
         # Finished hypotheses: <eos> candidates that rank within the first K.
         rank = torch.arange(top_ids.size(1), device=device)[None, :]
         finishing = ends & (rank < K) & torch.isfinite(top_scores)
         if finishing.any():
-            for b, j in finishing.nonzero().tolist():
+            for i, j in finishing.nonzero().tolist():
+                b = active[i]
                 if done[b]:
                     continue
-                row = int(origin_rows[b, j])
-                finished[b].append(hypothesis(row, float(top_scores[b, j]), True))
+                row = int(origin_rows[i, j])
+                finished[b].append(hypothesis(row, float(top_scores[i, j]), True))
                 if len(finished[b]) >= K:
                     done[b] = True
 
         # Continuing beams: the first K candidates that do not end (there are at least K of 2K).
         continuing = ~ends
-        keep = continuing & (continuing.cumsum(1) <= K)  # (B, 2K), exactly K per row
-        pick = keep.nonzero()[:, 1].view(B, K)
-        scores = top_scores.gather(1, pick)  # (B, K)
+        keep = continuing & (continuing.cumsum(1) <= K)  # (B', 2K), exactly K per row
+        pick = keep.nonzero()[:, 1].view(n, K)
+        scores = top_scores.gather(1, pick)  # (B', K)
         rows = origin_rows.gather(1, pick).view(-1)  # (N,)
         tokens = top_tokens.gather(1, pick).view(-1)  # (N,)
-        state = tree_map(lambda x: x.index_select(0, rows) if isinstance(x, torch.Tensor) else x, state)
+        state_rows = rows if expanded else rows // K  # the first step ran one row per sequence
+        state = _select(state, state_rows)
+        expanded = True
         history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
         if return_attention and attention is not None:
-            step_attention = attention.index_select(0, rows)[:, None].float()  # (N, 1, L)
+            step_attention = attention.index_select(0, state_rows)[:, None].float()  # (N, 1, L)
             attention_history = (
                 step_attention
                 if attention_history is None
                 else torch.cat([attention_history.index_select(0, rows), step_attention], dim=1)
             )
 
-    for b in range(B):
+    for i, b in enumerate(active):
         if not finished[b]:  # nothing ever ended: the best unfinished hypothesis
-            finished[b].append(hypothesis(b * K, float(scores[b, 0]), False))
+            finished[b].append(hypothesis(i * K, float(scores[i, 0]), False))
     return [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[: max(1, nbest)] for hyps in finished]
 
 
@@ -183,8 +227,12 @@ def _first_tensor(nest: Any) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def greedy_search(step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: int, max_len: int) -> list[list[int]]:
+def greedy_search(
+    step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: int, max_len: int, memory: Any = None
+) -> list[list[int]]:
     """Arg-max decoding, the reference that ``beam_search(beam_size=1)`` must equal.
+
+    ``memory``, when given, is passed to ``step_fn`` as its third argument, as in :func:`beam_search`.
 
     Returns:
         list[list[int]]: tokens of each sequence, without ``<sos>``/``<eos>``.
@@ -194,7 +242,7 @@ def greedy_search(step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: i
     outputs: list[list[int]] = [[] for _ in range(batch_size)]
     alive = [True] * batch_size
     for _ in range(max_len):
-        log_probs, state, _ = step_fn(tokens, state)
+        log_probs, state, _ = step_fn(tokens, state) if memory is None else step_fn(tokens, state, memory)
         tokens = log_probs.argmax(-1)
         for b, token in enumerate(tokens.tolist()):
             if alive[b]:

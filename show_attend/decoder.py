@@ -158,14 +158,16 @@ class Decoder(nn.Module):
         Args:
             tokens (torch.Tensor): previous words `(N,)`.
             state ((torch.Tensor, torch.Tensor)): ``(h, c)``, each `(N, n)`.
-            memory (Memory): from :meth:`start`, one row per ``N`` (repeated for beams).
+            memory (Memory): from :meth:`start`, one row per image; ``N`` may be a multiple of its
+                rows (the beams of each image, consecutive).
 
         Returns:
-            (torch.Tensor, State, torch.Tensor): log-probabilities `(N, V)`, the new state and the
-            attention weights `(N, L)`; the signature :func:`shared.beam_search` expects.
+            (torch.Tensor, State, torch.Tensor): log-probabilities `(N, V)` in float32 (also under
+            bf16 autocast, so beams are ranked at full precision), the new state and the attention
+            weights `(N, L)`; the signature :func:`shared.beam_search` expects.
         """
         h, c = state
         embedded = self.embedding(tokens)  # (N, m)
         context, alpha, _ = self._attend(h, memory, sample=False)
         h, c = self._lstm(self.embed_to_gates(embedded), context, h, c)
-        return self._output(embedded, h, context).log_softmax(-1), (h, c), alpha
+        return self._output(embedded, h, context).float().log_softmax(-1), (h, c), alpha

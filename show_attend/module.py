@@ -212,14 +212,10 @@ class Captioner(pl.LightningModule):
         """
         beam_size = beam_size or self.hparams.beam_size
         max_length = max_length or self.hparams.max_decode_length
-        memory, state = self.decoder.start(features)
-
-        def step(tokens: torch.Tensor, state: tuple) -> tuple:
-            return self.decoder.step(tokens, state, memory)
-
+        memory, state = self.decoder.start(features)  # one memory row serves the K beams of an image
         results = beam_search(
-            step, state, features.size(0), beam_size, self.vocab.sos_id, self.vocab.eos_id,
-            max_length + 1, length_penalty=self.hparams.length_penalty,
+            self.decoder.step, state, features.size(0), beam_size, self.vocab.sos_id, self.vocab.eos_id,
+            max_length + 1, length_penalty=self.hparams.length_penalty, memory=memory,
         )  # max_length words plus <eos>
         return [hyps[0] for hyps in results]
 

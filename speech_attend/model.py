@@ -197,17 +197,13 @@ class LAS(nn.Module):
         """
         beam = config.beam_size if beam_size is None else beam_size
         states, encoder_lengths = self.encode(waveforms, lengths)
-        memory = self.speller.precompute(states, encoder_lengths)
-
-        def step(tokens, state):
-            return self.speller.step(tokens, state, memory)  # Attention serves the K beams from one memory row
-
+        memory = self.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
         max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
         rescore = self.ctc_head is not None and config.ctc_weight > 0
         with native_cpu_kernels():
             results = beam_search(
-                step, self.speller.initial_state(memory), waveforms.size(0), beam, sos, eos, max_len,
-                length_penalty=config.length_penalty, nbest=beam if rescore else 1,
+                self.speller.step, self.speller.initial_state(memory), waveforms.size(0), beam, sos, eos, max_len,
+                length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
             )
         if rescore:
             log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)

@@ -111,7 +111,8 @@ class Speller(nn.Module):
         Args:
             tokens (torch.Tensor): previous characters `(N,)`.
             state (SpellerState): from :meth:`initial_state` or the previous step.
-            memory (Memory): from :meth:`precompute`, one row per hypothesis.
+            memory (Memory): from :meth:`precompute`, one row per utterance; ``N`` may be a
+                multiple of its rows (the beams of each utterance, consecutive).
 
         Returns:
             (torch.Tensor, SpellerState, torch.Tensor): log-probabilities `(N, V)`, the new

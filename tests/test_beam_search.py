@@ -117,3 +117,47 @@ def test_length_penalty_prefers_longer_hypotheses():
     normalised = beam_search(step_fn, state, 1, beam_size=2, sos=SOS, eos=EOS, max_len=4, length_penalty=1.0)[0][0]
     assert raw.tokens == [] and normalised.tokens == [1]  # -1.0 > -1.6, but -1.0/1 < -1.6/2
     assert normalised.normalized_score == pytest.approx(-0.8)
+
+
+def memory_model(batch: int, max_len: int, seed: int, eos_bias: float = 0.0):
+    """``random_model`` with each sequence's table in ``memory`` (one row per sequence, not per beam)."""
+    table, _, _ = random_model(batch, max_len, seed, eos_bias)
+    rows_seen = []
+
+    def step_fn(tokens, state, memory):
+        (step,) = state
+        rows_seen.append((tokens.size(0), memory.size(0)))
+        beams = tokens.size(0) // memory.size(0)  # consecutive rows share a memory row
+        per_row = memory.repeat_interleave(beams, dim=0)  # (N, max_len, V, V)
+        log_probs = per_row[torch.arange(tokens.size(0)), step, tokens]
+        return log_probs, (step + 1,), None
+
+    return table, step_fn, (torch.zeros(batch, dtype=torch.long),), rows_seen
+
+
+def test_done_sequences_leave_the_batch_without_changing_results():
+    batch, beams, max_len = 8, 3, 9
+    table, step_fn, state, rows_seen = memory_model(batch, max_len, seed=4, eos_bias=-1e9)
+    limits = torch.tensor([2, 9, 3, 9, 2, 4, 9, 3])  # nothing ends early: sequences stop at their limits
+    batched = beam_search(step_fn, state, batch, beams, SOS, EOS, max_len=limits, nbest=3, memory=table)
+    assert rows_seen[0] == (batch, batch)  # the first step runs one row per sequence
+    assert rows_seen[1] == (batch * beams, batch)
+    assert rows_seen[-1] == (3 * beams, 3)  # only the three longest are left at the end
+    for b in range(batch):
+        single = beam_search(step_fn, (torch.zeros(1, dtype=torch.long),), 1, beams, SOS, EOS,
+                             max_len=int(limits[b]), nbest=3, memory=table[b : b + 1])[0]
+        assert [h.tokens for h in batched[b]] == [h.tokens for h in single]
+        assert [h.score for h in batched[b]] == pytest.approx([h.score for h in single])
+        assert len(batched[b][0].tokens) == limits[b]
+
+
+def test_memory_step_function_equals_the_closure_one():
+    batch, max_len = 5, 6
+    _, closure_step, closure_state = random_model(batch, max_len, seed=2, eos_bias=0.4)
+    table, memory_step, memory_state, _ = memory_model(batch, max_len, seed=2, eos_bias=0.4)
+    expected = beam_search(closure_step, closure_state, batch, 4, SOS, EOS, max_len=max_len, nbest=4)
+    got = beam_search(memory_step, memory_state, batch, 4, SOS, EOS, max_len=max_len, nbest=4, memory=table)
+    assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in expected]
+    assert greedy_search(memory_step, memory_state, batch, SOS, EOS, max_len, memory=table) == greedy_search(
+        closure_step, closure_state, batch, SOS, EOS, max_len
+    )
