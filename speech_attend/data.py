@@ -3,7 +3,8 @@
 The LightningDataModule reads any corpus :func:`speech_attend.corpora.read_corpus` knows
 (LibriSpeech layout, Common Voice, a manifest) from ``data_dir``, normalises the transcripts
 (:func:`speech_attend.text.normalize_text`), builds the character vocabulary from the training
-text, and serves length-bucketed batches of padded waveforms. Features are computed by the
+text, applies the out-of-vocabulary policy (``oov_policy``) to the validation and test
+transcripts, and serves length-bucketed batches of padded waveforms. Features are computed by the
 model's front end (:mod:`speech_attend.features`), so the data side never needs to know the
 feature settings. ``cache_audio`` keeps every waveform in memory (the built-in corpus fits
 easily), so each file is decoded once per run instead of once per epoch.
@@ -19,6 +20,7 @@ from typing import Iterator, NamedTuple
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
 from shared import Vocabulary
@@ -27,7 +29,7 @@ from shared.robust import BadSample, drop_bad_samples
 from .audio import AudioError, audio_duration, load_audio
 from .corpora import Utterance, read_corpus
 from .sampler import BucketBatchSampler
-from .text import normalize_text
+from .text import OOV_POLICIES, map_out_of_vocabulary, normalize_text, unknown_characters
 
 __all__ = ["Batch", "SpeechDataset", "collate", "build_vocabulary", "SpeechDataModule", "FRAMES_PER_SECOND"]
 
@@ -157,6 +159,10 @@ def collate(items: list[tuple[torch.Tensor, str, str] | BadSample]) -> Batch:
     return Batch(padded, lengths, list(texts), list(keys), skipped)
 
 
+def _listed(characters: list[str]) -> str:
+    return ", ".join(repr(c) for c in characters)
+
+
 def build_vocabulary(texts: list[str]) -> Vocabulary:
     """Character vocabulary of the training text (a space is a character)."""
     return Vocabulary.build(list(text) for text in texts)
@@ -188,6 +194,12 @@ class SpeechDataModule(pl.LightningDataModule):
         curriculum_epochs (int, optional): first epochs ordered shortest batches first
             (see :class:`BucketBatchSampler`). (Default: ``0``)
         seed (int, optional): seed of the batch order. (Default: ``0``)
+        oov_policy (str, optional): what to do with validation and test transcripts that hold
+            characters outside the vocabulary (the characters of the training text; when only
+            validating or testing a checkpoint, the model's): ``"drop"`` removes those
+            characters (:func:`~speech_attend.text.map_out_of_vocabulary`) and warns once per
+            split with the number of transcripts changed and the characters; ``"error"`` stops
+            ``setup`` with an error naming the utterance and the characters. (Default: ``"drop"``)
     """
 
     def __init__(
@@ -210,8 +222,11 @@ class SpeechDataModule(pl.LightningDataModule):
         max_val_utterances: int | None = None,
         curriculum_epochs: int = 0,
         seed: int = 0,
+        oov_policy: str = "drop",
     ):
         super().__init__()
+        if oov_policy not in OOV_POLICIES:
+            raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self.datasets: dict[str, SpeechDataset] = {}
@@ -237,9 +252,45 @@ class SpeechDataModule(pl.LightningDataModule):
             self.datasets["train"] = self._dataset(hp.train_split, hp.max_train_utterances, training=True)
             self.vocabulary = build_vocabulary(self.datasets["train"].texts)
         if stage in ("fit", "validate", None) and "val" not in self.datasets:
-            self.datasets["val"] = self._dataset(hp.val_split, hp.max_val_utterances)
+            self.datasets["val"] = self._apply_oov_policy(self._dataset(hp.val_split, hp.max_val_utterances), hp.val_split)
         if stage in ("test", None) and "test" not in self.datasets:
-            self.datasets["test"] = self._dataset(hp.test_split)
+            self.datasets["test"] = self._apply_oov_policy(self._dataset(hp.test_split), hp.test_split)
+
+    def _charset(self) -> set[str] | None:
+        """Characters the model can spell: the training text's, else those of the model being
+        validated or tested (a checkpoint's vocabulary); ``None`` when neither is known yet."""
+        vocabulary = self.vocabulary
+        if vocabulary is None and self.trainer is not None:
+            vocabulary = getattr(self.trainer.lightning_module, "vocabulary", None)
+        return None if vocabulary is None else set(vocabulary.to_dict()["tokens"])
+
+    def _apply_oov_policy(self, dataset: SpeechDataset, split: str) -> SpeechDataset:
+        """Drop (with one warning) or refuse the characters of ``dataset``'s transcripts that the
+        model cannot spell, as ``oov_policy`` says; ``dataset.texts`` is changed in place."""
+        charset = self._charset()
+        if charset is None:
+            return dataset
+        changed, unknown = 0, set()
+        for index, text in enumerate(dataset.texts):
+            missing = unknown_characters(text, charset)
+            if not missing:
+                continue
+            if self.hparams.oov_policy == "error":
+                utterance = dataset.utterances[index]
+                raise ValueError(
+                    f"{utterance.audio_path}: the {split} transcript of {utterance.utt_id} has characters outside the "
+                    f"vocabulary of the training text: {_listed(missing)}; expected only those characters "
+                    f"(or set data.oov_policy: drop)"
+                )
+            dataset.texts[index] = map_out_of_vocabulary(text, charset, policy="drop")
+            changed += 1
+            unknown.update(missing)
+        if changed:
+            rank_zero_warn(
+                f"{changed} of {len(dataset)} {split} transcripts have characters outside the vocabulary of the "
+                f"training text ({_listed(sorted(unknown))}); those characters were dropped (data.oov_policy: drop)"
+            )
+        return dataset
 
     def statistics_batches(self, max_utterances: int = 2000, batch_size: int = 32) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(waveforms, lengths)`` of up to ``max_utterances`` training utterances, for feature statistics."""

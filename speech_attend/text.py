@@ -13,7 +13,9 @@ Policy of :func:`normalize_text`, in order:
 6. Whitespace runs collapse to one space; leading and trailing space is removed.
 
 Characters that survive the normaliser but lie outside a model's alphabet are a separate
-decision: :func:`map_out_of_vocabulary` drops them or raises, as the caller chooses.
+decision: :func:`map_out_of_vocabulary` drops them or raises, as the caller chooses
+(:class:`speech_attend.data.SpeechDataModule` applies it to validation and test transcripts,
+with the alphabet of the training text; option ``oov_policy``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 
-__all__ = ["normalize_text", "map_out_of_vocabulary", "OOV_POLICIES"]
+__all__ = ["normalize_text", "unknown_characters", "map_out_of_vocabulary", "OOV_POLICIES"]
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"})
 
@@ -60,6 +62,12 @@ def normalize_text(text: str, lowercase: bool = True, keep_punctuation: str = "'
     return " ".join(words)
 
 
+def unknown_characters(text: str, charset: Iterable[str]) -> list[str]:
+    """The distinct characters of ``text`` that are not in ``charset``, sorted."""
+    allowed = set(charset)
+    return sorted({c for c in text if c not in allowed})
+
+
 def map_out_of_vocabulary(text: str, charset: Iterable[str], policy: str = "drop") -> str:
     """Apply a policy to the characters of ``text`` that are not in ``charset``.
 
@@ -80,7 +88,7 @@ def map_out_of_vocabulary(text: str, charset: Iterable[str], policy: str = "drop
     if policy not in OOV_POLICIES:
         raise ValueError(f"policy must be one of {OOV_POLICIES}, got {policy!r}")
     allowed = set(charset)
-    unknown = sorted({c for c in text if c not in allowed})
+    unknown = unknown_characters(text, allowed)
     if not unknown:
         return text
     if policy == "error":

@@ -38,7 +38,12 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
     Raises:
         CheckpointError: unreadable, unsafe, or not a speech-attend model.
     """
-    state_dict, config = load_model_files(path)
+    try:
+        state_dict, config = load_model_files(path)
+    except CheckpointError:
+        raise
+    except Exception as err:  # bytes the weights-only unpickler trips over (IndexError, ...): still one line
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {str(err)[:120]})") from None
     try:
         model, vocabulary, decoding = build_model(config)
     except (TypeError, ValueError, KeyError) as err:
