@@ -77,12 +77,12 @@ CAPTION_MODEL = {
 }
 
 
-def _caption_config(folder: Path, data_dir: Path, max_steps: int = 3) -> Path:
+def _caption_config(folder: Path, data_dir: Path) -> Path:
     """A one-epoch fit (24 images, batches of 8) writing into ``folder/run``; the CLI adds its CSV logger."""
     config = {
         "seed_everything": 0,
         "trainer": {
-            "accelerator": "cpu", "max_steps": max_steps, "num_sanity_val_steps": 0,
+            "accelerator": "cpu", "max_steps": 3, "num_sanity_val_steps": 0,
             "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(folder / "run"),
         },
         "model": CAPTION_MODEL,
@@ -205,7 +205,7 @@ def test_feature_cache_skips_an_unreadable_image_now_and_when_reused(shapes, tmp
         datamodule.attach_feature_cache(encode, {"encoder": "avg_pool"})
         dataset = datamodule.dataset("train")
         bad = dataset[5]
-        assert (bad.path, "not a readable image" in bad.reason) == (str(train[5]), True), attempt
+        assert bad.path == str(train[5]) and "not a readable image" in bad.reason, attempt
         batch = collate([dataset[i] for i in range(8)])
         assert batch["batch_size"] == 7 and batch["features"].shape == (7, 16, 3)
         assert [s.path for s in batch["skipped"]] == [str(train[5])]
@@ -231,7 +231,7 @@ def test_captioner_fit_with_a_malformed_split_file_names_the_line_or_entry(tmp_p
 
 
 def test_captioner_maps_rare_and_unseen_words_to_unk_but_scores_against_the_real_words(shapes, tmp_path):
-    data, train = _shapes_copy(shapes, tmp_path)
+    data, _ = _shapes_copy(shapes, tmp_path)
     split_file = data / "dataset_shapes.json"
     content = json.loads(split_file.read_text())
     for entry in content["images"]:
@@ -297,29 +297,42 @@ def test_caption_reads_greyscale_rgba_16_bit_palette_and_odd_sizes(caption_run, 
     assert [line["image"] for line in lines] == paths
 
 
-@pytest.mark.parametrize("app, prog", [(show_attend, "show-attend"), (speech_attend, "speech-attend")])
+@pytest.mark.parametrize("prog, command", [
+    ("show-attend", "export"), ("show-attend", "caption"), ("speech-attend", "export"), ("speech-attend", "transcribe"),
+])
 @pytest.mark.parametrize("kind", ["missing", "empty", "text"])
-def test_export_of_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, capsys, app, prog, kind):
+def test_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, capsys, prog, command, kind):
     checkpoint = tmp_path / "model.ckpt"
     if kind != "missing":
         checkpoint.write_bytes(b"" if kind == "empty" else b"a text file, not a checkpoint\n")
-    assert app(["export", "--ckpt", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
+    rest = ["--out", str(tmp_path / "out")] if command == "export" else [str(tmp_path / "input.png")]
+    app = show_attend if prog == "show-attend" else speech_attend
+    assert app([command, "--ckpt", str(checkpoint), *rest]) == 2
     assert str(checkpoint) in _one_line_error(capsys.readouterr().err, prog)
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--train", "-1"], "non-negative"),
-    (["--train", "0", "--val", "0", "--test", "0"], "nothing to generate"),
-    (["--out-is-a-file"], "file.txt"),
+@pytest.mark.parametrize("prog, args, expected", [
+    ("show-attend", ["shapes", "--train", "-1"], "non-negative"),
+    ("show-attend", ["shapes", "--train", "0", "--val", "0", "--test", "0"], "nothing to generate"),
+    ("speech-attend", ["synth", "--train", "-1"], "utterance counts must be >= 0"),
 ])
-def test_prepare_shapes_with_bad_arguments_is_a_one_line_error(tmp_path, capsys, args, expected):
-    out = tmp_path / "shapes"
-    if args == ["--out-is-a-file"]:
-        out, args = tmp_path / "file.txt", []
-        out.write_text("already here\n")
-    assert show_attend(["prepare", "shapes", "--out", str(out), "--quiet", *args]) == 2
-    assert expected in _one_line_error(capsys.readouterr().err, "show-attend")
+def test_prepare_with_bad_counts_is_a_one_line_error(tmp_path, capsys, prog, args, expected):
+    app = show_attend if prog == "show-attend" else speech_attend
+    assert app(["prepare", *args, "--out", str(tmp_path / "out")]) == 2
+    assert expected in _one_line_error(capsys.readouterr().err, prog)
+
+
+@pytest.mark.parametrize("prog, args", [
+    ("show-attend", ["shapes", "--quiet"]),
+    ("speech-attend", ["synth", "--train", "1", "--dev", "0", "--test", "0"]),
+])
+def test_prepare_into_a_path_that_is_a_file_is_a_one_line_error(tmp_path, capsys, prog, args):
+    out = tmp_path / "file.txt"
+    out.write_text("already here\n")
+    app = show_attend if prog == "show-attend" else speech_attend
+    assert app(["prepare", *args, "--out", str(out)]) == 2
+    assert str(out) in _one_line_error(capsys.readouterr().err, prog)
 
 
 # ----------------------------------------------------------------------------- recognizer fixtures
@@ -496,16 +509,6 @@ def test_captioner_test_with_a_bad_checkpoint_is_a_one_line_error(shapes, tmp_pa
     config = _caption_config(tmp_path, shapes)
     assert show_attend(["test", "--config", str(config), "--ckpt_path", str(checkpoint)]) == 2
     assert "model.ckpt" in _one_line_error(capsys.readouterr().err, "show-attend")
-
-
-@pytest.mark.parametrize("args, expected", [(["--train", "-1"], ">= 0"), (["--out-is-a-file"], "file.txt")])
-def test_prepare_synth_with_bad_arguments_is_a_one_line_error(tmp_path, capsys, args, expected):
-    out = tmp_path / "synth"
-    if args == ["--out-is-a-file"]:
-        out, args = tmp_path / "file.txt", ["--train", "1", "--dev", "0", "--test", "0"]
-        out.write_text("already here\n")
-    assert speech_attend(["prepare", "synth", "--out", str(out), *args]) == 2
-    assert expected in _one_line_error(capsys.readouterr().err, "speech-attend")
 
 
 # ----------------------------------------------------------------------------- recognizer: out-of-vocabulary transcripts
