@@ -212,6 +212,20 @@ def test_feature_cache_skips_an_unreadable_image_now_and_when_reused(shapes, tmp
     assert len(list(cache.glob("train-*.npy"))) == 1  # reused, not rebuilt
 
 
+@pytest.mark.slow
+def test_captioner_fit_with_a_feature_cache_skips_and_logs_an_unreadable_image(shapes, tmp_path):
+    data, train = _shapes_copy(shapes, tmp_path)
+    train[0].write_text("a text file, not a PNG\n")
+    config = _caption_config(tmp_path, data)
+    frozen = ["--model.encoder.backbone", "vgg16", "--model.encoder.pretrained", "false", "--model.encoder.grid_size", "2"]
+    args = ["fit", "--config", str(config), *frozen, "--data.feature_cache", str(tmp_path / "cache"),
+            "--bad_samples.min_samples", "16", "--bad_samples.max_fraction", "0.25"]
+    assert show_attend(args) == 0
+    assert len(list((tmp_path / "cache").glob("train-*.npy"))) == 1
+    skipped = _skipped(tmp_path / "run" / "logs" / "version_0" / LOG_NAME)
+    assert list(skipped) == [str(train[0])] and "not a readable image" in skipped[str(train[0])]
+
+
 @pytest.mark.parametrize("case", ["not json", "entry without sentences", "missing folder"])
 def test_captioner_fit_with_a_malformed_split_file_names_the_line_or_entry(tmp_path, capsys, case):
     data = tmp_path / "data"
