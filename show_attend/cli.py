@@ -8,7 +8,9 @@
 ``fit``, ``validate`` and ``test`` go through LightningCLI with the YAML configs of
 ``configs/show_attend/``; the vocabulary and image size are linked from the data module into
 the model. Every ``fit`` keeps ``checkpoints/last.ckpt`` under ``trainer.default_root_dir``, also
-when it stops at ``max_steps`` between validations. User errors print one line and exit with 2.
+when it stops at ``max_steps`` between validations or on SIGTERM (exit code 143), and
+``fit --ckpt_path last`` resumes from it (see :mod:`shared.resume`). User errors print one line
+and exit with 2.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from shared.cli import run_app
+from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
 from shared.robust import SkipBadSamples, StopOnNonFinite
 
 from .data import CaptionDataModule
@@ -74,6 +77,10 @@ class CaptionCLI(LightningCLI):
                 class_path="pytorch_lightning.loggers.CSVLogger", init_args=Namespace(save_dir=str(root), name="logs")
             )
 
+    def instantiate_trainer(self, **kwargs) -> pl.Trainer:
+        plugins = self.config_init[self.subcommand].trainer.get("plugins")
+        return super().instantiate_trainer(plugins=with_atomic_checkpoints(plugins), **kwargs)
+
 
 def _lightning(args: list[str]) -> None:
     # run_app hands over sys.argv's own arguments (minus --debug); nothing is given twice.
@@ -82,7 +89,8 @@ def _lightning(args: list[str]) -> None:
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     CaptionCLI(
         Captioner, CaptionDataModule, args=args, save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
-        trainer_defaults={"callbacks": [StopOnNonFinite()]},  # added to any callbacks a config names
+        # added to any callbacks a config names; ExactResume and SaveOnSigterm make resumes exact and SIGTERM safe
+        trainer_defaults={"callbacks": [StopOnNonFinite(), ExactResume(), SaveOnSigterm()]},
     )
 
 

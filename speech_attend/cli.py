@@ -5,6 +5,10 @@
     speech-attend transcribe --ckpt CKPT AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]
     speech-attend export --ckpt CKPT --out DIR
 
+``fit --ckpt_path last`` resumes from the newest ``checkpoints/last.ckpt`` under
+``trainer.default_root_dir`` (whichever ``lightning_logs/version_N`` wrote it); SIGTERM saves
+``last.ckpt`` and exits with 143 (see :mod:`shared.resume`).
+
 Errors a user can cause come out as one line, ``speech-attend: error: ...``, with exit code 2
 (``--debug`` shows the traceback).
 """
@@ -20,11 +24,13 @@ from typing import Sequence
 from pytorch_lightning import Callback, Trainer
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.utilities import rank_zero_info
 
 from shared.cli import run_app
+from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
 from shared.robust import SkipBadSamples, StopOnNonFinite
 
-__all__ = ["main"]
+__all__ = ["main", "newest_last_checkpoint"]
 
 PROG = "speech-attend"
 
@@ -41,6 +47,16 @@ class FinalCheckpoint(Callback):
         trainer.save_checkpoint(path, weights_only=False)  # full state, so `fit --ckpt_path` can resume from it
 
 
+def newest_last_checkpoint(root: str | Path) -> Path | None:
+    """The most recently written ``.../checkpoints/last.ckpt`` under ``root``, or ``None``.
+
+    With a logger, each run checkpoints into its own ``<root>/lightning_logs/version_N``; Lightning
+    looks for ``--ckpt_path last`` only in the new run's (empty) folder, so it would start over.
+    """
+    found = [path for path in Path(root).glob("**/checkpoints/last.ckpt") if path.is_file()]
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
+
+
 class _RecognizerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
@@ -55,6 +71,18 @@ class _RecognizerCLI(LightningCLI):
             "checkpoint.auto_insert_metric_name": False,
         })
 
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        if config.get("ckpt_path") == "last" and config.checkpoint.dirpath is None:
+            last = newest_last_checkpoint(config.trainer.default_root_dir or ".")
+            if last is not None:  # none yet: Lightning warns and fit starts afresh (one command for every restart)
+                config.ckpt_path = str(last)
+                rank_zero_info(f"--ckpt_path last: {last}")
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        plugins = self.config_init[self.subcommand].trainer.get("plugins")
+        return super().instantiate_trainer(plugins=with_atomic_checkpoints(plugins), **kwargs)
+
 
 def _lightning(args: list[str]) -> None:
     from .data import SpeechDataModule
@@ -66,7 +94,10 @@ def _lightning(args: list[str]) -> None:
         _RecognizerCLI(
             SpeechRecognizer,
             SpeechDataModule,
-            trainer_defaults={"callbacks": [FinalCheckpoint(), StopOnNonFinite()], "use_distributed_sampler": False},  # our sampler shards itself
+            trainer_defaults={  # our sampler shards itself; ExactResume and SaveOnSigterm: see shared.resume
+                "callbacks": [FinalCheckpoint(), StopOnNonFinite(), ExactResume(), SaveOnSigterm()],
+                "use_distributed_sampler": False,
+            },
             save_config_kwargs={"overwrite": True},
             seed_everything_default=0,
         )
