@@ -214,3 +214,20 @@ def test_location_aware_scores_a_block_of_queries_each_with_its_own_alignment():
     block = score.score(query, keys, prev)
     for t in range(3):
         torch.testing.assert_close(block[:, t], score.score(query[:, t], keys, prev[:, t]))
+
+
+@pytest.mark.parametrize("kind", ["additive", "location"])
+def test_mlp_scores_built_in_blocks_equal_the_tanh_formula_at_once(kind, monkeypatch):
+    import shared.scoring
+
+    torch.manual_seed(0)
+    score = build_score(kind, 8, 6, 5)
+    query, keys, prev = torch.randn(7, 3, 8), torch.randn(7, 9, 6), torch.softmax(torch.randn(7, 3, 9), -1)
+    projected = score.precompute(keys)
+    hidden = score.query_proj(query).unsqueeze(2) + projected.unsqueeze(1)  # (B, T, L, A)
+    if kind == "location":
+        location = score.location_conv(prev.reshape(21, 1, 9)).transpose(1, 2).reshape(7, 3, 9, -1)
+        hidden = hidden + score.location_proj(location)
+    expected = score.v(torch.tanh(hidden)).squeeze(-1)
+    monkeypatch.setattr(shared.scoring, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
+    torch.testing.assert_close(score(query, projected, prev), expected, rtol=1e-5, atol=1e-5)
