@@ -50,8 +50,9 @@ def safe_torch_load(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path}: refused to load; it holds objects other than tensors and plain data, "
             f"which could run code ({first_line[:160]})"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError) as err:  # KeyError: a zip without data.pkl
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({str(err).splitlines()[0][:160]})") from None
+    except Exception as err:  # noqa: BLE001  arbitrary bytes make the unpickler raise anything (IndexError, EOFError, ...)
+        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({reason})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a checkpoint dictionary, found {type(data).__name__}")
     return data

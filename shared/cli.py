@@ -12,9 +12,14 @@ import logging
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["run_app", "LIGHTNING_COMMANDS"]
+from pytorch_lightning.cli import LightningCLI
+
+from .checkpoint import CheckpointError, safe_torch_load
+
+__all__ = ["run_app", "LIGHTNING_COMMANDS", "SafeCheckpointCLI"]
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
@@ -22,6 +27,24 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test")
 def _usage(prog: str, commands: dict[str, Callable]) -> str:
     names = " | ".join([*LIGHTNING_COMMANDS, *commands])
     return f"usage: {prog} {{{names}}} [options]   ('{prog} COMMAND --help' for a command's options)"
+
+
+class SafeCheckpointCLI(LightningCLI):
+    """LightningCLI whose ``--ckpt_path`` is checked before Lightning reads it.
+
+    LightningCLI reads the checkpoint's hyper-parameters with a bare ``torch.load`` before any
+    app code runs, so a missing, empty or foreign file would end in a traceback. Here it is a
+    one-line :class:`~shared.checkpoint.CheckpointError` that names the file instead.
+    """
+
+    def _parse_ckpt_path(self) -> None:
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and ckpt_path not in ("last", "best", "hpc", "registry"):  # Lightning's named checkpoints
+            if not Path(ckpt_path).is_file():
+                raise CheckpointError(f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit)")
+            safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
+        super()._parse_ckpt_path()
 
 
 def _no_lightning_adverts(record: logging.LogRecord) -> bool:

@@ -49,12 +49,7 @@ class CaptionResult:
 
 def load_captioner(path: str | Path, device: str | torch.device = "cpu") -> Captioner:
     """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder."""
-    try:
-        state_dict, config = load_model_files(path)
-    except CheckpointError:
-        raise
-    except Exception as err:  # garbage that the unpickler trips over (KeyError, ...): still one line
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {str(err)[:120]})") from None
+    state_dict, config = load_model_files(path)  # CheckpointError names the file
     accepted = set(inspect.signature(Captioner.__init__).parameters) - {"self"}
     config = {k: v for k, v in config.items() if k in accepted}
     if not config.get("vocabulary"):

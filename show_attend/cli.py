@@ -25,9 +25,9 @@ from typing import Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from jsonargparse import Namespace
-from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+from pytorch_lightning.cli import LightningArgumentParser
 
-from shared.cli import run_app
+from shared.cli import SafeCheckpointCLI, run_app
 from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
 from shared.robust import SkipBadSamples, StopOnNonFinite
 
@@ -51,7 +51,7 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
-class CaptionCLI(LightningCLI):
+class CaptionCLI(SafeCheckpointCLI):
     """LightningCLI with the captioner's links and its checkpoint callback (config key ``checkpoint``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:

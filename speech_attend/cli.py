@@ -23,10 +23,9 @@ from typing import Sequence
 
 from pytorch_lightning import Callback, Trainer
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
 
-from shared.cli import run_app
+from shared.cli import SafeCheckpointCLI, run_app
 from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
 from shared.robust import SkipBadSamples, StopOnNonFinite
 
@@ -57,7 +56,7 @@ def newest_last_checkpoint(root: str | Path) -> Path | None:
     return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
 
-class _RecognizerCLI(LightningCLI):
+class _RecognizerCLI(SafeCheckpointCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")

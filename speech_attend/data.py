@@ -70,9 +70,10 @@ class SpeechDataset(Dataset):
         cache (bool, optional): decode every file now and keep it in memory (float16).
             (Default: ``False``)
 
-    A file that cannot be read comes back as a :class:`~shared.robust.BadSample` (it is given a
-    nominal duration of one second for bucketing), which :func:`collate` drops and the training
-    loop logs: one bad file does not end an epoch.
+    A file that cannot be read, or holds fewer than ``min_samples`` samples (too short for the
+    model to make one listener frame), comes back as a :class:`~shared.robust.BadSample` (an
+    unreadable file is given a nominal duration of one second for bucketing), which
+    :func:`collate` drops and the training loop logs: one bad file does not end an epoch or a test.
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class SpeechDataset(Dataset):
         self.sample_rate = sample_rate
         self.texts = [normalize_text(u.text, lowercase=lowercase, keep_punctuation=keep_punctuation) for u in utterances]
         self.unreadable: dict[int, str] = {}  # index -> why its audio cannot be read
+        self.min_samples = 1  # the model raises it to one listener frame (SpeechRecognizer.setup)
         self.durations = [self._duration(i, u) for i, u in enumerate(utterances)]
         self.cache: list[torch.Tensor | None] | None = None
         if cache:
@@ -134,10 +136,13 @@ class SpeechDataset(Dataset):
         return load_audio(path, self.sample_rate)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, str, str] | BadSample:
+        path = self.utterances[index].audio_path
         try:
             wave = self.waveform(index)
         except AudioError as err:
-            return BadSample(str(self.utterances[index].audio_path), _reason(err, self.utterances[index].audio_path))
+            return BadSample(str(path), _reason(err, path))
+        if len(wave) < self.min_samples:
+            return BadSample(str(path), f"{len(wave)} samples, shorter than one listener frame ({self.min_samples} samples)")
         return wave, self.texts[index], self.utterances[index].utt_id
 
 

@@ -144,6 +144,8 @@ class SpeechRecognizer(pl.LightningModule):
                 stage = getattr(stage, "value", stage)
                 raise ValueError(f"{stage} needs a trained model: pass --ckpt_path with an existing .ckpt file")
             self._build(datamodule.vocabulary)
+        for dataset in getattr(datamodule, "datasets", {}).values():
+            dataset.min_samples = self.model.min_samples()  # a shorter clip is skipped and logged, not fatal
         if stage == "fit" and self.decoding.max_chunk_seconds is None and datamodule is not None:
             # transcribe cuts longer audio into pieces no longer than what training showed the model
             self.decoding.max_chunk_seconds = round(max(datamodule.datasets["train"].durations), 2)
@@ -290,10 +292,12 @@ class SpeechRecognizer(pl.LightningModule):
 
     def _split_metrics(self, stage: str) -> dict[str, float]:
         pairs = self._outputs.pop(stage, [])
+        total, count = self._loss_totals.pop(stage, [0.0, 0])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, pairs)  # every rank scores the whole split
-            pairs = [pair for part in gathered for pair in part]
+            torch.distributed.all_gather_object(gathered, (pairs, total, count))  # every rank scores the whole split
+            pairs = [pair for part, _, _ in gathered for pair in part]
+            total, count = sum(part_total for _, part_total, _ in gathered), sum(part_count for _, _, part_count in gathered)
         if not pairs:
             return {}
         references, hypotheses = zip(*pairs)
@@ -301,8 +305,7 @@ class SpeechRecognizer(pl.LightningModule):
         for name, value in metrics.items():
             self.log(f"{stage}/{name}", value, prog_bar=True, sync_dist=True)  # equal on every rank, so the mean is exact
         metrics["utterances"] = len(pairs)
-        total, count = self._loss_totals.pop(stage, [0.0, 0])
-        metrics["loss"] = total / count if count else float("nan")  # this rank's share
+        metrics["loss"] = total / count if count else float("nan")  # mean over the split's utterances
         return metrics
 
     def on_validation_epoch_end(self) -> None:

@@ -38,12 +38,7 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
     Raises:
         CheckpointError: unreadable, unsafe, or not a speech-attend model.
     """
-    try:
-        state_dict, config = load_model_files(path)
-    except CheckpointError:
-        raise
-    except Exception as err:  # bytes the weights-only unpickler trips over (IndexError, ...): still one line
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {str(err)[:120]})") from None
+    state_dict, config = load_model_files(path)  # CheckpointError names the file
     try:
         model, vocabulary, decoding = build_model(config)
     except (TypeError, ValueError, KeyError) as err:

@@ -449,13 +449,8 @@ def test_recognizer_fit_with_too_many_unreadable_files_stops_in_one_line(synth, 
     assert set(_skipped(log)) <= {str(p) for p in files["train"][:4]}
 
 
-_TOO_SHORT = pytest.mark.xfail(
-    strict=True, reason="model.encode raises AudioTooShortError for the whole split, without the file's name (issue #6)"
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["text", "zero samples", pytest.param("shorter than one listener frame", marks=_TOO_SHORT)])
+@pytest.mark.parametrize("kind", ["text", "zero samples", "shorter than one listener frame"])
 def test_recognizer_test_leaves_out_an_unusable_test_file_and_logs_it(speech_run, synth, tmp_path, kind):
     corpus, files = _synth_copy(synth, tmp_path)
     if kind == "text":
@@ -497,13 +492,9 @@ def test_recognizer_fit_with_a_malformed_manifest_names_the_file_and_line(tmp_pa
 # Known bugs outside this file's reach (reported in issue #6): LightningCLI reads --ckpt_path with a
 # bare torch.load before our code runs, so an empty or garbage file ends in a traceback; the
 # recognizer's message for a missing file does not name it.
-_CLI_TORCH_LOAD = pytest.mark.xfail(strict=True, reason="LightningCLI._parse_ckpt_path torch.load: EOFError/IndexError traceback")
-_UNNAMED = pytest.mark.xfail(strict=True, reason="SpeechRecognizer.setup: 'test needs a trained model' does not name the file")
 
 
-@pytest.mark.parametrize("kind", [
-    pytest.param("missing", marks=_UNNAMED), pytest.param("empty", marks=_CLI_TORCH_LOAD), pytest.param("text", marks=_CLI_TORCH_LOAD),
-])
+@pytest.mark.parametrize("kind", ["missing", "empty", "text"])
 def test_recognizer_test_with_a_bad_checkpoint_is_a_one_line_error(synth, tmp_path, capsys, kind):
     checkpoint = tmp_path / "model.ckpt"
     if kind != "missing":
@@ -515,7 +506,7 @@ def test_recognizer_test_with_a_bad_checkpoint_is_a_one_line_error(synth, tmp_pa
     assert "model.ckpt" in _one_line_error(capsys.readouterr().err, "speech-attend")
 
 
-@pytest.mark.parametrize("kind", ["missing", pytest.param("empty", marks=_CLI_TORCH_LOAD), pytest.param("text", marks=_CLI_TORCH_LOAD)])
+@pytest.mark.parametrize("kind", ["missing", "empty", "text"])
 def test_captioner_test_with_a_bad_checkpoint_is_a_one_line_error(shapes, tmp_path, capsys, kind):
     checkpoint = tmp_path / "model.ckpt"
     if kind != "missing":
