@@ -70,13 +70,16 @@ class _RecognizerCLI(SafeCheckpointCLI):
             "checkpoint.auto_insert_metric_name": False,
         })
 
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand]
-        if config.get("ckpt_path") == "last" and config.checkpoint.dirpath is None:
+    def _parse_ckpt_path(self) -> None:
+        # Resolved first, so "last" is then read and checked like a path given by hand.
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else None
+        if config is not None and config.get("ckpt_path") == "last" and config.checkpoint.dirpath is None:
             last = newest_last_checkpoint(config.trainer.default_root_dir or ".")
             if last is not None:  # none yet: Lightning warns and fit starts afresh (one command for every restart)
                 config.ckpt_path = str(last)
                 rank_zero_info(f"--ckpt_path last: {last}")
+        super()._parse_ckpt_path()
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         plugins = self.config_init[self.subcommand].trainer.get("plugins")

@@ -111,10 +111,12 @@ def _write_config(path: Path, config: dict, stall_at: int | None = None) -> Path
     return path
 
 
-def _logged(metrics_csv: Path, name: str) -> dict[int, float]:
-    """``step -> value`` of one metric in a CSVLogger file."""
-    with metrics_csv.open() as f:
-        return {int(row["step"]): float(row[name]) for row in csv.DictReader(f) if row.get(name)}
+def _train_losses(run_logs: Path, name: str) -> list[float]:
+    """The training losses a run logged (CSVLogger, every step), in order. A run that resumed
+    logs only the steps after its checkpoint; one that silently started over logs them all."""
+    with (run_logs / "metrics.csv").open() as f:
+        rows = [row for row in csv.DictReader(f) if row.get(name)]
+    return [float(row[name]) for row in sorted(rows, key=lambda row: int(row["step"]))]
 
 
 # ---------------------------------------------------------------- captioner
@@ -165,6 +167,8 @@ def test_captioner_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(
     assert caption_main(["fit", "--config", str(resume), "--ckpt_path", "last"]) == 0
     assert _global_step(last) == 6
     _assert_same_weights(straight / "checkpoints" / "last.ckpt", last)
+    # the same curve: the resumed steps' losses are the uninterrupted run's last three
+    assert _train_losses(run / "logs" / "version_1", "train_loss") == _train_losses(straight / "logs" / "version_0", "train_loss")[3:]
 
 
 def test_captioner_sigterm_saves_the_step_reached_and_exits_143_then_resumes(shapes, tmp_path):
@@ -184,6 +188,7 @@ def test_captioner_sigterm_saves_the_step_reached_and_exits_143_then_resumes(sha
     assert checkpoint["global_step"] == 5 and checkpoint["optimizer_states"]
     assert caption_main(["fit", "--config", str(_write_config(tmp_path / "b.yaml", config)), "--ckpt_path", "last"]) == 0
     assert _global_step(last) == 6
+    assert len(_train_losses(run / "logs" / "version_1", "train_loss")) == 1
 
 
 # ---------------------------------------------------------------- recognizer
@@ -248,7 +253,9 @@ def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights
     assert speech_main(["fit", "--config", str(_write_config(tmp_path / "c.yaml", config)), "--ckpt_path", "last"]) == 0
     resumed = run / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
     assert _global_step(resumed) == 4
-    _assert_same_weights(next(straight.rglob("last.ckpt")), resumed)
+    _assert_same_weights(straight / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", resumed)
+    straight_losses = _train_losses(straight / "lightning_logs" / "version_0", "train/loss")
+    assert _train_losses(run / "lightning_logs" / "version_1", "train/loss") == straight_losses[2:]
 
 
 def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(synth, tmp_path):
@@ -272,8 +279,7 @@ def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(synth, t
     assert resumed["global_step"] == max_steps
     adam_steps = {int(state["step"]) for state in resumed["optimizer_states"][0]["state"].values()}
     assert adam_steps == {max_steps}  # the optimizer went on from its saved state, not from zero
-    losses = _logged(run / "lightning_logs" / "version_1" / "metrics.csv", "train/loss")
-    assert min(losses) == killed_at  # the resumed run's first logged step is the one after the checkpoint
+    assert len(_train_losses(run / "lightning_logs" / "version_1", "train/loss")) == max_steps - killed_at
 
 
 # ---------------------------------------------------------------- atomic writes
