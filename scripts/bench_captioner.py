@@ -141,6 +141,16 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     return results
 
 
+def _force_length(log_probs: torch.Tensor, ending: torch.Tensor, eos: int) -> torch.Tensor:
+    """``<eos>`` forbidden in rows that go on and the only choice in rows that must end (``ending`` `(N,)`)."""
+    eos_log_probs = log_probs[:, eos].clone()
+    log_probs[:, eos] = float("-inf")
+    rows = ending.nonzero().squeeze(1)
+    log_probs[rows] = float("-inf")
+    log_probs[rows, eos] = eos_log_probs[rows]
+    return log_probs
+
+
 def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg: BenchConfig):
     """The captioner's batched beam search (as in Captioner.generate), with caption lengths
     fixed per image: an untrained model would otherwise stop at once or never, and the
@@ -151,10 +161,7 @@ def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg
     def step(tokens, state, memory):
         h, c, t, length = state
         log_probs, (h, c), alpha = decoder.step(tokens, (h, c), memory)
-        ending = (t + 1 > length)[:, None]  # (N, 1): this step must end the caption
-        is_eos = torch.arange(log_probs.size(1), device=tokens.device)[None, :] == eos
-        log_probs = log_probs.masked_fill(ending != is_eos, float("-inf"))
-        return log_probs, (h, c, t + 1, length), alpha
+        return _force_length(log_probs, t + 1 > length, eos), (h, c, t + 1, length), alpha
 
     state = (h, c, torch.zeros_like(lengths), lengths)
     return beam_search(step, state, features.size(0), cfg.beam, sos=1, eos=eos, max_len=cfg.max_len + 1, memory=memory)
@@ -166,6 +173,8 @@ def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str = "fp3
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator).to(device)
     lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator).to(device)
+    if precision == "bf16":  # what an encoder under autocast hands over; read as is at every step, never cast again
+        features = features.to(torch.bfloat16)
     with torch.no_grad(), _autocast(device, precision):
         _decode(decoder, features[:2], lengths[:2], cfg)  # warm-up
         _decode(decoder, features[:1], lengths[:1], cfg)

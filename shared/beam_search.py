@@ -132,20 +132,21 @@ def beam_search(
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams start distinct
     history = torch.empty(B * K, 0, dtype=torch.long, device=device)
-    attention_history: torch.Tensor | None = None
-    step_attention_width: int | None = None
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
     beam_ids = torch.arange(K, device=device)
+    # Attention weights stay where each step put them, with back-pointers, and are gathered for
+    # the returned hypotheses only: reordering a (N, t, L) history would cost O(t) every step.
+    step_weights: list[torch.Tensor] = []  # step s: (N_s, L), the weights behind token s of each row
+    parents: list[torch.Tensor] = []  # step s: (N_s,), the row of step s - 1 that each row extends
+    to_recorded: torch.Tensor | None = None  # rows now -> rows of the last recorded step, after a compaction
+    ends_at: dict[int, tuple[int, int]] = {}  # id(hypothesis) -> (tokens, row of its last token's step)
 
     def hypothesis(row: int, score: float, is_finished: bool) -> Hypothesis:
         length = history.size(1) + int(is_finished)
-        attention = None
-        if attention_history is not None:
-            attention = attention_history[row]
-        elif return_attention and step_attention_width is not None:  # ended before any token
-            attention = torch.zeros(0, step_attention_width, device=device)
-        return Hypothesis(history[row].tolist(), score, _normalize(score, length, length_penalty), is_finished, attention)
+        hyp = Hypothesis(history[row].tolist(), score, _normalize(score, length, length_penalty), is_finished)
+        ends_at[id(hyp)] = (history.size(1), row if to_recorded is None else int(to_recorded[row]))
+        return hyp
 
     for step in range(max(limits)):
         for i, b in enumerate(active):  # sequences that used up their length stop here
@@ -163,8 +164,7 @@ def beam_search(
             state, tokens = _select(state, state_rows), tokens.index_select(0, state_rows)
             memory = _select(memory, kept)
             scores, history = scores.index_select(0, kept), history.index_select(0, kept_rows)
-            if attention_history is not None:
-                attention_history = attention_history.index_select(0, kept_rows)
+            to_recorded = kept_rows
             active = [active[i] for i in live]
         n = len(active)
 
@@ -173,8 +173,6 @@ def beam_search(
         else:
             log_probs, state, attention = step_fn(tokens, state, memory)
         vocab = log_probs.size(-1)
-        if attention is not None:
-            step_attention_width = attention.size(-1)
         # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
         candidates = (scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
         top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
@@ -207,17 +205,36 @@ def beam_search(
         expanded = True
         history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
         if return_attention and attention is not None:
-            step_attention = attention.index_select(0, state_rows)[:, None].float()  # (N, 1, L)
-            attention_history = (
-                step_attention
-                if attention_history is None
-                else torch.cat([attention_history.index_select(0, rows), step_attention], dim=1)
-            )
+            step_weights.append(attention.index_select(0, state_rows).float())  # (N, L)
+            parents.append(rows if to_recorded is None else to_recorded.index_select(0, rows))
+        to_recorded = None
 
     for i, b in enumerate(active):
         if not finished[b]:  # nothing ever ended: the best unfinished hypothesis
             finished[b].append(hypothesis(i * K, float(scores[i, 0]), False))
-    return [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[: max(1, nbest)] for hyps in finished]
+    results = [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[: max(1, nbest)] for hyps in finished]
+    if step_weights:
+        _gather_attention([h for hyps in results for h in hyps], ends_at, step_weights, parents)
+    return results
+
+
+def _gather_attention(
+    hyps: list[Hypothesis], ends_at: dict[int, tuple[int, int]], step_weights: list[torch.Tensor], parents: list[torch.Tensor]
+) -> None:
+    """Set each hypothesis' ``attention`` `(len(tokens), L)` by following its back-pointers."""
+    device = step_weights[0].device
+    lengths = torch.tensor([ends_at[id(h)][0] for h in hyps], device=device)  # (H,)
+    last_rows = torch.tensor([ends_at[id(h)][1] for h in hyps], device=device)  # (H,)
+    weights = torch.zeros(len(hyps), int(lengths.max()), step_weights[0].size(-1), device=device)  # (H, T, L)
+    rows = last_rows.clone()
+    for step in range(weights.size(1) - 1, -1, -1):  # all hypotheses walk back together
+        rows = torch.where(lengths == step + 1, last_rows, rows)  # a hypothesis joins at its last token
+        alive = (lengths > step).nonzero().squeeze(1)
+        here = rows.index_select(0, alive)
+        weights[alive, step] = step_weights[step].index_select(0, here)
+        rows[alive] = parents[step].index_select(0, here)
+    for h, length, w in zip(hyps, lengths.tolist(), weights):
+        h.attention = w[:length]
 
 
 def _first_tensor(nest: Any) -> torch.Tensor | None:

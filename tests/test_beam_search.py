@@ -130,7 +130,8 @@ def memory_model(batch: int, max_len: int, seed: int, eos_bias: float = 0.0):
         beams = tokens.size(0) // memory.size(0)  # consecutive rows share a memory row
         per_row = memory.repeat_interleave(beams, dim=0)  # (N, max_len, V, V)
         log_probs = per_row[torch.arange(tokens.size(0)), step, tokens]
-        return log_probs, (step + 1,), None
+        attention = torch.nn.functional.one_hot(tokens, VOCAB).float()  # marks the token read: (N, V)
+        return log_probs, (step + 1,), attention
 
     return table, step_fn, (torch.zeros(batch, dtype=torch.long),), rows_seen
 
@@ -161,3 +162,16 @@ def test_memory_step_function_equals_the_closure_one():
     assert greedy_search(memory_step, memory_state, batch, SOS, EOS, max_len, memory=table) == greedy_search(
         closure_step, closure_state, batch, SOS, EOS, max_len
     )
+
+
+def test_attention_follows_each_hypothesis_through_reordering_and_compaction():
+    batch, beams, max_len = 6, 3, 8
+    table, step_fn, state, rows_seen = memory_model(batch, max_len, seed=7, eos_bias=-1.5)
+    limits = torch.tensor([3, 8, 2, 8, 5, 4])
+    results = beam_search(step_fn, state, batch, beams, SOS, EOS, max_len=limits, nbest=beams, memory=table)
+    for hyps in results:
+        for h in hyps:
+            assert h.attention.shape == (len(h.tokens), VOCAB)
+            # Row i is the step that produced token i; it read the token before it.
+            assert h.attention.argmax(-1).tolist() == ([SOS] + h.tokens)[: len(h.tokens)]
+    assert rows_seen[-1][1] < batch  # sequences did leave the batch
