@@ -282,6 +282,20 @@ def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(synth, t
     assert len(_train_losses(run / "lightning_logs" / "version_1", "train/loss")) == max_steps - killed_at
 
 
+def test_recognizer_sigterm_saves_the_step_reached_and_exits_143(synth, tmp_path):
+    run = tmp_path / "run"
+    config = _write_config(tmp_path / "a.yaml", _speech_config(synth, run, 6), stall_at=3)
+    child = _start("speech_attend", ["fit", "--config", str(config)], tmp_path / "a.log")
+    try:
+        _wait_for((run / "stalled").is_file, child, tmp_path / "a.log")
+        child.send_signal(signal.SIGTERM)  # mid-epoch: the fourth step runs, then the run stops
+        child.wait(TIMEOUT)
+    finally:
+        child.kill()
+    assert child.returncode == SIGTERM_EXIT_CODE, (tmp_path / "a.log").read_text()[-3000:]
+    assert _global_step(run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt") == 4
+
+
 # ---------------------------------------------------------------- atomic writes
 
 _WRITER = """
