@@ -134,7 +134,8 @@ class ExactResume(pl.Callback):
         self._resumed_step = int(checkpoint.get("global_step", -1))
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # The samplers draw their order lazily, at the first batch, so this is in time.
+        # Lightning's own helper, with the right number; the samplers draw their order at the
+        # first batch, after this hook, so it is in time.
         _set_sampler_epoch(trainer.train_dataloader, trainer.current_epoch)
         # Only the epoch that starts right at the checkpoint: after a mid-epoch checkpoint
         # Lightning reruns that epoch without this hook, and the next start is steps later.
@@ -158,7 +159,7 @@ class SaveOnSigterm(pl.Callback):
             return
         checkpoint = trainer.checkpoint_callback
         folder = Path(checkpoint.dirpath) if checkpoint is not None and checkpoint.dirpath else Path(trainer.default_root_dir) / "checkpoints"
-        trainer.save_checkpoint(folder / "last.ckpt")  # every rank is here: the save is collective under DDP
+        trainer.save_checkpoint(folder / "last.ckpt")  # collective under DDP: rank zero writes, all wait
         rank_zero_info(f"SIGTERM: saved {folder / 'last.ckpt'} at step {trainer.global_step}; resume with --ckpt_path last")
         exception.code = SIGTERM_EXIT_CODE
 
