@@ -12,17 +12,17 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from shared.checkpoint import CheckpointError, export_folder, load_model_files
 
-from .data import image_transform, load_image
+from .data import ImageError, image_transform, load_image
 from .module import Captioner
 
-__all__ = ["CaptionResult", "load_captioner", "caption_images", "save_overlay", "export_model", "EXPORT_FORMAT"]
+__all__ = ["CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "EXPORT_FORMAT"]
 
 EXPORT_FORMAT = "show_attend/1"
 _OVERLAY_SIDE = 256  # overlays are drawn on the image scaled to at most this many pixels a side
@@ -65,6 +65,40 @@ def load_captioner(path: str | Path, device: str | torch.device = "cpu") -> Capt
 
 
 @torch.no_grad()
+def caption_files(
+    model: Captioner,
+    paths: Sequence[str | Path],
+    beam_size: int | None = None,
+    max_length: int | None = None,
+    batch_size: int = 16,
+) -> Iterator[CaptionResult | ImageError]:
+    """Caption image files with batched beam search, in order, a batch at a time.
+
+    Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
+    the file could not be read (the other files are captioned all the same). Only one batch of
+    images is in memory at a time.
+    """
+    transform = image_transform(model.hparams.image_size)
+    device = next(model.parameters()).device
+    for start in range(0, len(paths), batch_size):
+        chunk = list(paths[start : start + batch_size])
+        loaded: dict[int, torch.Tensor | ImageError] = {}
+        for i, path in enumerate(chunk):
+            try:
+                loaded[i] = transform(load_image(path))
+            except ImageError as err:
+                loaded[i] = err
+        good = [i for i, item in loaded.items() if isinstance(item, torch.Tensor)]
+        captions: dict[int, CaptionResult] = {}
+        if good:
+            batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
+            for i, hyp in zip(good, model.generate(model.encoder(batch), beam_size, max_length)):
+                attention = hyp.attention.view(-1, *model.encoder.grid).cpu()  # (T, gh, gw)
+                captions[i] = CaptionResult(Path(chunk[i]), model.vocab.decode(hyp.tokens), attention)
+        for i in range(len(chunk)):
+            yield captions.get(i, loaded[i])
+
+
 def caption_images(
     model: Captioner,
     paths: Sequence[str | Path],
@@ -72,20 +106,16 @@ def caption_images(
     max_length: int | None = None,
     batch_size: int = 16,
 ) -> list[CaptionResult]:
-    """Caption image files with batched beam search.
+    """Caption image files; :func:`caption_files` as a list.
 
     Raises:
-        ImageError: an image is missing or unreadable (checked for all before any decoding).
+        ImageError: an image is missing or unreadable.
     """
-    transform = image_transform(model.hparams.image_size)
-    images = [transform(load_image(p)) for p in paths]  # every file checked before the model runs
-    device = next(model.parameters()).device
     results = []
-    for start in range(0, len(images), batch_size):
-        batch = torch.stack(images[start : start + batch_size]).to(device)  # (B, 3, S, S)
-        for path, hyp in zip(paths[start : start + batch_size], model.generate(model.encoder(batch), beam_size, max_length)):
-            attention = hyp.attention.view(-1, *model.encoder.grid).cpu()  # (T, gh, gw)
-            results.append(CaptionResult(Path(path), model.vocab.decode(hyp.tokens), attention))
+    for result in caption_files(model, paths, beam_size, max_length, batch_size):
+        if isinstance(result, ImageError):
+            raise result
+        results.append(result)
     return results
 
 

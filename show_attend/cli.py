@@ -129,12 +129,16 @@ def _caption(args: list[str]) -> int:
     options = parser.parse_args(args)
     if options.beam_size is not None and options.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
-    from .caption import caption_images, load_captioner, save_overlay
+    from .caption import caption_files, load_captioner, save_overlay
 
     model = load_captioner(options.ckpt, options.device)
-    results = caption_images(model, options.images, options.beam_size, options.max_length)
     used: set[str] = set()
-    for result in results:
+    status = 0
+    for result in caption_files(model, options.images, options.beam_size, options.max_length):
+        if isinstance(result, Exception):  # one bad file does not stop the others
+            print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
+            status = 2
+            continue
         overlay = None
         if options.overlay_dir:
             name = result.image.stem
@@ -143,10 +147,10 @@ def _caption(args: list[str]) -> int:
             used.add(name)
             overlay = str(save_overlay(result, Path(options.overlay_dir) / f"{name}.png"))
         if options.json:
-            print(json.dumps({"image": str(result.image), "caption": result.caption, "tokens": result.tokens, "overlay": overlay}))
+            print(json.dumps({"image": str(result.image), "caption": result.caption, "tokens": result.tokens, "overlay": overlay}), flush=True)
         else:
-            print(f"{result.image}: {result.caption}" + (f"  [{overlay}]" if overlay else ""))
-    return 0
+            print(f"{result.image}: {result.caption}" + (f"  [{overlay}]" if overlay else ""), flush=True)
+    return status
 
 
 def _export(args: list[str]) -> int:

@@ -310,6 +310,18 @@ def test_caption_of_a_missing_or_non_image_file_is_a_one_line_error(caption_trai
     assert err.startswith("show-attend: error:") and str(image) in err
 
 
+def test_caption_goes_on_past_a_bad_image_and_exits_2(caption_trained, caption_shapes_dir, tmp_path, capsys):
+    good = [str(p) for p in sorted((caption_shapes_dir / "images").glob("*.png"))[:2]]
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    code = main(["caption", "--ckpt", str(caption_trained / "checkpoints" / "last.ckpt"), good[0], str(bad), good[1], "--json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert [json.loads(line)["image"] for line in captured.out.splitlines()] == good
+    (error,) = captured.err.strip().splitlines()
+    assert error.startswith("show-attend: error:") and str(bad) in error
+
+
 @pytest.mark.parametrize("content", [b"", b"hello, not a checkpoint"])
 def test_caption_with_a_broken_checkpoint_is_a_one_line_error(caption_shapes_dir, tmp_path, capsys, content):
     (tmp_path / "model.ckpt").write_bytes(content)
