@@ -15,17 +15,22 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from shared import Hypothesis
 from shared.checkpoint import CheckpointError, load_model_files
 
 from .audio import load_audio
 from .model import LAS, DecodeConfig
 from .module import build_model
 
-__all__ = ["Transcriber", "Transcript", "split_at_quiet_points", "load_recognizer"]
+__all__ = ["Transcriber", "Transcript", "split_at_quiet_points", "is_silent", "load_recognizer", "SILENCE_DBFS"]
 
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
 _QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
 _CHUNKS_PER_BATCH = 16
+# A chunk whose loudest 10 ms frame is quieter than this holds no speech (quiet room noise sits
+# near -60 dBFS, speech peaks above -30): it is left empty instead of decoded, because an
+# attention decoder asked to transcribe silence invents words.
+SILENCE_DBFS = -50.0
 
 
 def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu"):
@@ -94,6 +99,14 @@ def split_at_quiet_points(
     return chunks
 
 
+def is_silent(waveform: torch.Tensor, sample_rate: int, threshold_dbfs: float = SILENCE_DBFS) -> bool:
+    """Whether the loudest 10 ms frame of ``waveform`` `(N,)` is below ``threshold_dbfs`` (RMS, full scale 1.0)."""
+    hop = max(1, sample_rate // 100)
+    frames = max(1, waveform.numel() // hop)
+    power = waveform[: frames * hop].float().reshape(frames, -1).square().mean(1)  # (F,)
+    return 10 * torch.log10(power.max() + 1e-20).item() < threshold_dbfs
+
+
 @dataclass
 class Transcript:
     """The result for one file.
@@ -155,9 +168,16 @@ class Transcriber:
             )
         spans = split_at_quiet_points(wave, self.sample_rate, self.max_chunk_seconds)
         spans = _merge_short_tail(spans, self.model.min_samples())
-        hyps, encoder_lengths = [], []
-        for first in range(0, len(spans), _CHUNKS_PER_BATCH):  # chunks decode together, a batch at a time
-            pieces = [wave[a:b] for a, b in spans[first : first + _CHUNKS_PER_BATCH]]
+        # Silent chunks keep an empty hypothesis (and blank alignment columns) and are not decoded.
+        frame_samples = self.sample_rate * self.model.frame_seconds
+        results: dict[int, tuple[Hypothesis, int]] = {
+            i: (Hypothesis([], 0.0, 0.0, True, None), max(1, round((b - a) / frame_samples)))
+            for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate)
+        }
+        spoken = [i for i in range(len(spans)) if i not in results]
+        for first in range(0, len(spoken), _CHUNKS_PER_BATCH):  # chunks decode together, a batch at a time
+            indices = spoken[first : first + _CHUNKS_PER_BATCH]
+            pieces = [wave[slice(*spans[i])] for i in indices]
             lengths = torch.tensor([len(p) for p in pieces])
             batch = torch.zeros(len(pieces), int(lengths.max()))
             for i, piece in enumerate(pieces):
@@ -165,8 +185,9 @@ class Transcriber:
             found, frames = self.model.decode(
                 batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
             )
-            hyps += found
-            encoder_lengths += frames.tolist()
+            results.update({i: (hyp, int(n)) for i, hyp, n in zip(indices, found, frames.tolist())})
+        hyps = [results[i][0] for i in range(len(spans))]
+        encoder_lengths = [results[i][1] for i in range(len(spans))]
         texts = ["".join(self.vocabulary.decode(h.tokens)) for h in hyps]
         alignment, labels = _join_alignments(hyps, encoder_lengths, self.vocabulary)
         return Transcript(str(audio_path), " ".join(t for t in texts if t), wave.numel() / self.sample_rate, len(spans), alignment, labels)

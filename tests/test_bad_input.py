@@ -638,7 +638,22 @@ def test_transcribe_of_silence_gives_a_line_and_no_error(speech_run, tmp_path, c
     capsys.readouterr()
     assert speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), "--json", str(path)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["duration_s"] == 2.0 and isinstance(result["text"], str)
+    assert result == {"audio": str(path), "text": "", "duration_s": 2.0, "chunks": 1}
+
+
+def test_only_chunks_with_sound_are_decoded(speech_run, synth, tmp_path):
+    from speech_attend.transcribe import Transcriber
+
+    speech, rate = sf.read(sorted((synth / "test").rglob("*.flac"))[0])
+    quiet_room = np.random.default_rng(0).normal(0, 10 ** (-65 / 20), 20 * rate)  # -65 dBFS of noise
+    path = tmp_path / "speech_then_silence.flac"
+    sf.write(path, np.concatenate([speech, quiet_room]), rate)
+    transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=4)
+    decoded, decode = [], transcriber.model.decode
+    transcriber.model.decode = lambda waves, lengths, *args: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args)
+    result = transcriber.transcribe(path)
+    assert result.chunks >= 5 and len(decoded) == 1  # the chunk holding the speech, none of the silent ones
+    assert decoded[0] >= len(speech) and result.alignment.size(1) >= result.chunks
 
 
 @pytest.mark.slow
