@@ -67,7 +67,17 @@ class StallAtStep(pl.Callback):
 
 def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The killed runs are child processes on one thread; the runs in this process must add up
+    their floats in the same order, whatever thread count earlier tests left behind."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _start(app: str, args: list[str], log: Path) -> subprocess.Popen:
