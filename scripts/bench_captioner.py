@@ -135,7 +135,8 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
             step()
         seconds = _timed(step, cfg.train_repeats, device)
         flops = counter.get_total_flops()
-        results[name] = {"precision": precision, "step_seconds": seconds, "gflop": flops / 1e9, "gflop_per_s": flops / seconds / 1e9}
+        results[name] = {"precision": precision, "step_seconds": seconds, "gflop": flops / 1e9,
+                         "gflop_per_s": flops / seconds / 1e9}
     results["speedup_precomputed_keys"] = results["recomputed_keys"]["step_seconds"] / results["precomputed_keys"]["step_seconds"]
     results["speedup_bf16"] = results["precomputed_keys"]["step_seconds"] / results["precomputed_keys_bf16"]["step_seconds"]
     return results
@@ -288,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'batched = single':>18}{'= fp32':>8}")
     for precision in PRECISIONS:
         r = beam[precision]
-        print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['images_per_s_batched']:>10.1f}{r['one_at_a_time_seconds']:>17.2f}"
-              f"{r['speedup_batched_beam']:>8.2f}x{r['same_captions']:>18}{r.get('same_as_fp32', '-'):>8}")
+        print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['images_per_s_batched']:>10.1f}"
+              f"{r['one_at_a_time_seconds']:>17.2f}{r['speedup_batched_beam']:>8.2f}x{r['same_captions']:>18}"
+              f"{r.get('same_as_fp32', '-'):>8}")
     print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
           f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)", flush=True)
 
