@@ -19,7 +19,8 @@ continue. A sequence is done when it has ``K`` finished hypotheses or reaches it
 length; if none ever finished, its best unfinished hypothesis is returned. With ``K = 1`` this is
 exactly greedy decoding.
 
-Two things keep the work proportional to the live hypotheses, without changing any result:
+Two things keep the work proportional to the live hypotheses; neither changes what any
+hypothesis is computed from:
 
 * the first step runs one row per sequence (its ``K`` beams are still identical), so ``N = B``
   there and ``B * K`` after;
