@@ -27,10 +27,9 @@ from PIL import Image
 
 from show_attend.cli import main as show_attend
 from show_attend.data import CaptionDataModule, collate, read_karpathy
-from show_attend.shapes import prepare_shapes
 from speech_attend.cli import main as speech_attend
 from speech_attend.data import SpeechDataModule
-from speech_attend.synth import prepare_synth
+from tiny import tiny_speech_config
 
 LOG_NAME = "skipped_samples.log"
 
@@ -93,16 +92,9 @@ def _caption_config(folder: Path, data_dir: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def shapes(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("shapes")
-    prepare_shapes(out, train=24, val=4, test=4, seed=1, image_size=32, max_objects=2, progress=False)
-    return out
-
-
-def _shapes_copy(shapes: Path, folder: Path) -> tuple[Path, list[Path]]:
-    """A copy of the shapes data and its training image paths, in file order."""
-    data = shutil.copytree(shapes, folder / "data")
+def _shapes_copy(tiny_shapes: Path, folder: Path) -> tuple[Path, list[Path]]:
+    """A copy of the tiny_shapes data and its training image paths, in file order."""
+    data = shutil.copytree(tiny_shapes, folder / "data")
     records = read_karpathy(data / "dataset_shapes.json", data / "images")
     return data, [r.path for r in records if r.split == "train"]
 
@@ -134,10 +126,10 @@ def _unusual_images(paths: list[Path]) -> None:
 
 
 @pytest.fixture(scope="module")
-def caption_run(shapes, tmp_path_factory) -> dict:
+def caption_run(tiny_shapes, tmp_path_factory) -> dict:
     """`show-attend fit` for one epoch on data with three unreadable training images."""
     folder = tmp_path_factory.mktemp("caption_bad")
-    data, train = _shapes_copy(shapes, folder)
+    data, train = _shapes_copy(tiny_shapes, folder)
     _truncate(train[0])
     train[1].write_text("a text file, not a PNG\n")
     jpeg = _as_truncated_jpeg(data, train[2])
@@ -163,8 +155,8 @@ def test_captioner_fit_skips_and_logs_unreadable_images_and_saves_a_checkpoint(c
 
 
 @pytest.mark.slow
-def test_captioner_fit_with_too_many_unreadable_images_stops_in_one_line(shapes, tmp_path, capsys):
-    data, train = _shapes_copy(shapes, tmp_path)
+def test_captioner_fit_with_too_many_unreadable_images_stops_in_one_line(tiny_shapes, tmp_path, capsys):
+    data, train = _shapes_copy(tiny_shapes, tmp_path)
     for i, path in enumerate(train[:12]):  # half the training set: empty, missing, text, truncated
         [lambda p: p.write_bytes(b""), Path.unlink, lambda p: p.write_text("text\n"), _truncate][i % 4](path)
     config = _caption_config(tmp_path, data)
@@ -192,8 +184,8 @@ def test_captioner_test_leaves_out_an_unreadable_test_image_and_logs_it(caption_
     assert log.read_text().startswith(f"[test] {test_images[0]}\t")
 
 
-def test_feature_cache_skips_an_unreadable_image_now_and_when_reused(shapes, tmp_path):
-    data, train = _shapes_copy(shapes, tmp_path)
+def test_feature_cache_skips_an_unreadable_image_now_and_when_reused(tiny_shapes, tmp_path):
+    data, train = _shapes_copy(tiny_shapes, tmp_path)
     _truncate(train[5])
 
     def encode(images: torch.Tensor) -> torch.Tensor:  # (B, 3, 32, 32) -> (B, 16, 3): a stand-in frozen encoder
@@ -213,8 +205,8 @@ def test_feature_cache_skips_an_unreadable_image_now_and_when_reused(shapes, tmp
 
 
 @pytest.mark.slow
-def test_captioner_fit_with_a_feature_cache_skips_and_logs_an_unreadable_image(shapes, tmp_path):
-    data, train = _shapes_copy(shapes, tmp_path)
+def test_captioner_fit_with_a_feature_cache_skips_and_logs_an_unreadable_image(tiny_shapes, tmp_path):
+    data, train = _shapes_copy(tiny_shapes, tmp_path)
     train[0].write_text("a text file, not a PNG\n")
     config = _caption_config(tmp_path, data)
     frozen = ["--model.encoder.backbone", "vgg16", "--model.encoder.pretrained", "false", "--model.encoder.grid_size", "2"]
@@ -244,8 +236,8 @@ def test_captioner_fit_with_a_malformed_split_file_names_the_line_or_entry(tmp_p
     assert expected in error and str(data) in error
 
 
-def test_captioner_maps_rare_and_unseen_words_to_unk_but_scores_against_the_real_words(shapes, tmp_path):
-    data, _ = _shapes_copy(shapes, tmp_path)
+def test_captioner_maps_rare_and_unseen_words_to_unk_but_scores_against_the_real_words(tiny_shapes, tmp_path):
+    data, _ = _shapes_copy(tiny_shapes, tmp_path)
     split_file = data / "dataset_shapes.json"
     content = json.loads(split_file.read_text())
     for entry in content["images"]:
@@ -270,8 +262,8 @@ def test_captioner_maps_rare_and_unseen_words_to_unk_but_scores_against_the_real
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["empty", "truncated png", "truncated jpeg"])
-def test_caption_of_an_empty_or_truncated_image_is_a_one_line_error(caption_run, shapes, tmp_path, capsys, kind):
-    source = sorted((shapes / "images").glob("*.png"))[0]
+def test_caption_of_an_empty_or_truncated_image_is_a_one_line_error(caption_run, tiny_shapes, tmp_path, capsys, kind):
+    source = sorted((tiny_shapes / "images").glob("*.png"))[0]
     if kind == "empty":
         image = tmp_path / "empty.png"
         image.write_bytes(b"")
@@ -289,8 +281,8 @@ def test_caption_of_an_empty_or_truncated_image_is_a_one_line_error(caption_run,
 
 
 @pytest.mark.slow
-def test_caption_reads_greyscale_rgba_16_bit_palette_and_odd_sizes(caption_run, shapes, tmp_path, capsys):
-    with Image.open(sorted((shapes / "images").glob("*.png"))[0]) as image:
+def test_caption_reads_greyscale_rgba_16_bit_palette_and_odd_sizes(caption_run, tiny_shapes, tmp_path, capsys):
+    with Image.open(sorted((tiny_shapes / "images").glob("*.png"))[0]) as image:
         rgb = image.convert("RGB")
     images = {
         "grey.png": rgb.convert("L"),
@@ -351,37 +343,17 @@ def test_prepare_into_a_path_that_is_a_file_is_a_one_line_error(tmp_path, capsys
 
 # ----------------------------------------------------------------------------- recognizer fixtures
 
-SPEECH_CONFIG = {
-    "seed_everything": 0,
-    "trainer": {
-        "accelerator": "cpu", "devices": 1, "max_steps": 2, "limit_val_batches": 1,
-        "enable_progress_bar": False, "enable_model_summary": False,
-    },
-    "model": {
-        "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
-                "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2},
-        "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-        "warmup_steps": 1,
-    },
-    "data": {"batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
-}
-
 
 def _speech_config(folder: Path, **data) -> Path:
-    config = {**SPEECH_CONFIG, "data": {**SPEECH_CONFIG["data"], **data}}
+    config = tiny_speech_config(trainer={"max_steps": 2, "logger": None}, data=data)  # the default CSV logger
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory) -> Path:
-    return prepare_synth(tmp_path_factory.mktemp("synth") / "corpus", train=8, dev=2, test=2, seed=0, progress=False)
-
-
-def _synth_copy(synth: Path, folder: Path) -> tuple[Path, dict[str, list[Path]]]:
+def _synth_copy(tiny_synth: Path, folder: Path) -> tuple[Path, dict[str, list[Path]]]:
     """A copy of the corpus and its audio files per split (absolute, as the corpus reader gives them)."""
-    corpus = shutil.copytree(synth, folder / "corpus")
+    corpus = shutil.copytree(tiny_synth, folder / "corpus")
     return corpus, {split: sorted(p.resolve() for p in (corpus / split).rglob("*.flac")) for split in ("train", "dev", "test")}
 
 
@@ -396,11 +368,11 @@ def _rewrite(flac: Path, rate: int, channels: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def speech_run(synth, tmp_path_factory) -> dict:
+def speech_run(tiny_synth, tmp_path_factory) -> dict:
     """`speech-attend fit` for one epoch (2 batches of 4) on 8 utterances, two of them unreadable
     and three at other rates and channel counts."""
     folder = tmp_path_factory.mktemp("speech_bad")
-    corpus, files = _synth_copy(synth, folder)
+    corpus, files = _synth_copy(tiny_synth, folder)
     train = files["train"]
     _truncate(train[0])
     train[1].write_bytes(b"")
@@ -433,8 +405,8 @@ def test_recognizer_fit_skips_and_logs_unreadable_audio_and_saves_a_checkpoint(s
 
 
 @pytest.mark.slow
-def test_recognizer_fit_with_too_many_unreadable_files_stops_in_one_line(synth, tmp_path, capsys):
-    corpus, files = _synth_copy(synth, tmp_path)
+def test_recognizer_fit_with_too_many_unreadable_files_stops_in_one_line(tiny_synth, tmp_path, capsys):
+    corpus, files = _synth_copy(tiny_synth, tmp_path)
     for i, path in enumerate(files["train"][:4]):  # half: truncated, empty, text, and audio cut to its header
         [_truncate, lambda p: p.write_bytes(b""), lambda p: p.write_text("text\n"), lambda p: _truncate(p, 0.02)][i](path)
     config = _speech_config(tmp_path, cache_audio=False)  # files are read in the loader, not at set-up
@@ -451,8 +423,8 @@ def test_recognizer_fit_with_too_many_unreadable_files_stops_in_one_line(synth, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["text", "zero samples", "shorter than one listener frame"])
-def test_recognizer_test_leaves_out_an_unusable_test_file_and_logs_it(speech_run, synth, tmp_path, kind):
-    corpus, files = _synth_copy(synth, tmp_path)
+def test_recognizer_test_leaves_out_an_unusable_test_file_and_logs_it(speech_run, tiny_synth, tmp_path, kind):
+    corpus, files = _synth_copy(tiny_synth, tmp_path)
     if kind == "text":
         files["test"][0].write_text("not audio\n")
     else:
@@ -495,23 +467,23 @@ def test_recognizer_fit_with_a_malformed_manifest_names_the_file_and_line(tmp_pa
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "text"])
-def test_recognizer_test_with_a_bad_checkpoint_is_a_one_line_error(synth, tmp_path, capsys, kind):
+def test_recognizer_test_with_a_bad_checkpoint_is_a_one_line_error(tiny_synth, tmp_path, capsys, kind):
     checkpoint = tmp_path / "model.ckpt"
     if kind != "missing":
         checkpoint.write_bytes(b"" if kind == "empty" else b"a text file, not a checkpoint\n")
     config = _speech_config(tmp_path)
-    code = speech_attend(["test", "--config", str(config), "--data.data_dir", str(synth),
+    code = speech_attend(["test", "--config", str(config), "--data.data_dir", str(tiny_synth),
                           "--trainer.default_root_dir", str(tmp_path / "run"), "--ckpt_path", str(checkpoint)])
     assert code == 2
     assert "model.ckpt" in _one_line_error(capsys.readouterr().err, "speech-attend")
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "text"])
-def test_captioner_test_with_a_bad_checkpoint_is_a_one_line_error(shapes, tmp_path, capsys, kind):
+def test_captioner_test_with_a_bad_checkpoint_is_a_one_line_error(tiny_shapes, tmp_path, capsys, kind):
     checkpoint = tmp_path / "model.ckpt"
     if kind != "missing":
         checkpoint.write_bytes(b"" if kind == "empty" else b"a text file, not a checkpoint\n")
-    config = _caption_config(tmp_path, shapes)
+    config = _caption_config(tmp_path, tiny_shapes)
     assert show_attend(["test", "--config", str(config), "--ckpt_path", str(checkpoint)]) == 2
     assert "model.ckpt" in _one_line_error(capsys.readouterr().err, "show-attend")
 
@@ -567,8 +539,8 @@ def test_training_leaves_out_audio_with_no_samples_or_shorter_than_min_duration(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["drop", "error"])
-def test_recognizer_test_applies_the_policy_with_the_checkpoint_vocabulary(speech_run, synth, tmp_path, capsys, policy):
-    corpus, _ = _synth_copy(synth, tmp_path)
+def test_recognizer_test_applies_the_policy_with_the_checkpoint_vocabulary(speech_run, tiny_synth, tmp_path, capsys, policy):
+    corpus, _ = _synth_copy(tiny_synth, tmp_path)
     spoken = [line.split(" ", 1)[1] for t in sorted((corpus / "train").rglob("*.trans.txt")) for line in t.read_text().splitlines()]
     transcripts = sorted((corpus / "test").rglob("*.trans.txt"))
     ids = [line.split()[0] for t in transcripts for line in t.read_text().splitlines()]
@@ -594,12 +566,12 @@ def test_recognizer_test_applies_the_policy_with_the_checkpoint_vocabulary(speec
 # ----------------------------------------------------------------------------- recognizer: transcribe
 
 
-def _short_or_bad_audio(tmp_path: Path, kind: str, synth: Path) -> Path:
+def _short_or_bad_audio(tmp_path: Path, kind: str, tiny_synth: Path) -> Path:
     path = tmp_path / ("speech.flac" if kind == "truncated flac" else "speech.wav")
     if kind == "empty":
         path.write_bytes(b"")
     elif kind == "truncated flac":
-        shutil.copy(sorted((synth / "test").rglob("*.flac"))[0], path)
+        shutil.copy(sorted((tiny_synth / "test").rglob("*.flac"))[0], path)
         _truncate(path)
     elif kind == "zero samples":
         sf.write(path, np.zeros(0, np.float32), 16000)
@@ -610,9 +582,9 @@ def _short_or_bad_audio(tmp_path: Path, kind: str, synth: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["empty", "truncated flac", "zero samples", "shorter than one listener frame"])
-def test_transcribe_of_unusable_audio_is_one_line_and_the_other_files_still_run(speech_run, synth, tmp_path, capsys, kind):
-    bad = _short_or_bad_audio(tmp_path, kind, synth)
-    good = sorted((synth / "test").rglob("*.flac"))[0]
+def test_transcribe_of_unusable_audio_is_one_line_and_the_other_files_still_run(speech_run, tiny_synth, tmp_path, capsys, kind):
+    bad = _short_or_bad_audio(tmp_path, kind, tiny_synth)
+    good = sorted((tiny_synth / "test").rglob("*.flac"))[0]
     capsys.readouterr()
     assert speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), "--json", str(bad), str(good)]) == 2
     captured = capsys.readouterr()
@@ -641,10 +613,10 @@ def test_transcribe_of_silence_gives_a_line_and_no_error(speech_run, tmp_path, c
     assert result == {"audio": str(path), "text": "", "duration_s": 2.0, "chunks": 1}
 
 
-def test_only_chunks_with_sound_are_decoded(speech_run, synth, tmp_path):
+def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
     from speech_attend.transcribe import Transcriber
 
-    speech, rate = sf.read(sorted((synth / "test").rglob("*.flac"))[0])
+    speech, rate = sf.read(sorted((tiny_synth / "test").rglob("*.flac"))[0])
     quiet_room = np.random.default_rng(0).normal(0, 10 ** (-65 / 20), 20 * rate)  # -65 dBFS of noise
     path = tmp_path / "speech_then_silence.flac"
     sf.write(path, np.concatenate([speech, quiet_room]), rate)
@@ -657,9 +629,9 @@ def test_only_chunks_with_sound_are_decoded(speech_run, synth, tmp_path):
 
 
 @pytest.mark.slow
-def test_transcribe_of_a_ten_minute_recording_runs_in_chunks(speech_run, synth, tmp_path, capsys):
+def test_transcribe_of_a_ten_minute_recording_runs_in_chunks(speech_run, tiny_synth, tmp_path, capsys):
     rate = 16000
-    waves = [sf.read(f)[0] for f in sorted((synth / "test").rglob("*.flac"))]
+    waves = [sf.read(f)[0] for f in sorted((tiny_synth / "test").rglob("*.flac"))]
     pattern = np.concatenate([np.concatenate([w, np.zeros(rate // 2)]) for w in waves])
     path = tmp_path / "ten_minutes.flac"
     sf.write(path, np.resize(pattern, 600 * rate), rate)

@@ -22,7 +22,6 @@ from show_attend.data import CaptionDataModule, DataError, collate, load_image, 
 from show_attend.encoder import BACKBONES, Encoder, EncoderConfig, EncoderWeightsError
 from show_attend.module import Captioner, doubly_stochastic_penalty
 from show_attend.pointing import pointing_hits
-from show_attend.shapes import prepare_shapes
 
 TINY_MODEL = {
     "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
@@ -61,17 +60,10 @@ data:
 
 
 @pytest.fixture(scope="module")
-def caption_shapes_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("shapes")
-    prepare_shapes(out, train=24, val=4, test=4, seed=1, image_size=32, max_objects=2, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def caption_trained(caption_shapes_dir, tmp_path_factory) -> Path:
+def caption_trained(tiny_shapes, tmp_path_factory) -> Path:
     """A run directory after `show-attend fit` of a tiny model for 8 steps."""
     run_dir = tmp_path_factory.mktemp("run")
-    config = _tiny_config(run_dir / "tiny.yaml", caption_shapes_dir, run_dir)
+    config = _tiny_config(run_dir / "tiny.yaml", tiny_shapes, run_dir)
     assert main(["fit", "--config", str(config)]) == 0
     return run_dir
 
@@ -126,8 +118,8 @@ def test_malformed_karpathy_entry_is_named_in_a_one_line_error(tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_each_epoch_draws_one_random_reference_per_image(caption_shapes_dir):
-    datamodule = CaptionDataModule(str(caption_shapes_dir), image_size=32, batch_size=4, min_word_freq=1)
+def test_each_epoch_draws_one_random_reference_per_image(tiny_shapes):
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, batch_size=4, min_word_freq=1)
     dataset = datamodule.dataset("train")
     assert len(dataset) == 24  # images, not captions
     torch.manual_seed(0)
@@ -197,8 +189,8 @@ def test_doubly_stochastic_penalty_matches_hand_computation_without_padded_steps
     torch.testing.assert_close(doubly_stochastic_penalty(alphas, mask), torch.tensor([0.5]))
 
 
-def test_hard_attention_loss_gives_finite_gradients_to_the_attention(caption_shapes_dir):
-    datamodule = CaptionDataModule(str(caption_shapes_dir), image_size=32, min_word_freq=1)
+def test_hard_attention_loss_gives_finite_gradients_to_the_attention(tiny_shapes):
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     model = _tiny_captioner(datamodule.vocabulary_tokens, attention="hard")
     torch.manual_seed(0)
     loss, logs = model.loss(_batch(datamodule), sample=True)
@@ -209,8 +201,8 @@ def test_hard_attention_loss_gives_finite_gradients_to_the_attention(caption_sha
     assert torch.isfinite(loss) and bool(model.baseline.initialised)
 
 
-def test_a_few_training_steps_lower_the_loss(caption_shapes_dir):
-    datamodule = CaptionDataModule(str(caption_shapes_dir), image_size=32, min_word_freq=1)
+def test_a_few_training_steps_lower_the_loss(tiny_shapes):
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(0)
     model = _tiny_captioner(datamodule.vocabulary_tokens)
     batch = _batch(datamodule)
@@ -223,8 +215,8 @@ def test_a_few_training_steps_lower_the_loss(caption_shapes_dir):
     assert model.loss(batch)[0].item() < 0.8 * first
 
 
-def test_beam_search_with_one_beam_equals_greedy_decoding(caption_shapes_dir):
-    datamodule = CaptionDataModule(str(caption_shapes_dir), image_size=32, min_word_freq=1)
+def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(3)
     model = _tiny_captioner(datamodule.vocabulary_tokens).eval()
     with torch.no_grad():
@@ -257,10 +249,10 @@ def test_pointing_counts_attribute_words_whose_peak_is_in_the_named_box():
 # ---------------------------------------------------------------- commands
 
 
-def test_fit_leaves_a_last_checkpoint_at_max_steps_that_loads_safely(caption_trained, caption_shapes_dir):
+def test_fit_leaves_a_last_checkpoint_at_max_steps_that_loads_safely(caption_trained, tiny_shapes):
     checkpoint = safe_torch_load(caption_trained / "checkpoints" / "last.ckpt")  # weights_only=True
     assert checkpoint["global_step"] == 8  # saved at the end, not at the last validation (step 6)
-    vocabulary = CaptionDataModule(str(caption_shapes_dir), min_word_freq=1).vocabulary_tokens
+    vocabulary = CaptionDataModule(str(tiny_shapes), min_word_freq=1).vocabulary_tokens
     assert load_captioner(caption_trained / "checkpoints" / "last.ckpt").vocab.itos[4:] == vocabulary
 
 
@@ -272,8 +264,8 @@ def test_test_command_writes_metrics_json(caption_trained):
     assert metrics["images"] == 4
 
 
-def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_trained, caption_shapes_dir, tmp_path, capsys):
-    images = sorted((caption_shapes_dir / "images").glob("*.png"))[:2]
+def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_trained, tiny_shapes, tmp_path, capsys):
+    images = sorted((tiny_shapes / "images").glob("*.png"))[:2]
     with Image.open(images[0]) as image:
         image.convert("L").resize((50, 37)).save(tmp_path / "grey_odd_size.jpg")
     paths = [*map(str, images), str(tmp_path / "grey_odd_size.jpg")]
@@ -288,11 +280,11 @@ def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_traine
             assert overlay.format == "PNG" and overlay.width > 32
 
 
-def test_export_then_caption_from_the_folder_gives_the_same_caption(caption_trained, caption_shapes_dir, tmp_path):
+def test_export_then_caption_from_the_folder_gives_the_same_caption(caption_trained, tiny_shapes, tmp_path):
     ckpt, exported = caption_trained / "checkpoints" / "last.ckpt", tmp_path / "exported"
     assert main(["export", "--ckpt", str(ckpt), "--out", str(exported)]) == 0
     assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors"]
-    images = sorted((caption_shapes_dir / "images").glob("*.png"))[-3:]
+    images = sorted((tiny_shapes / "images").glob("*.png"))[-3:]
     from_ckpt = caption_images(load_captioner(ckpt), images)
     from_folder = caption_images(load_captioner(exported), images)
     assert [r.tokens for r in from_folder] == [r.tokens for r in from_ckpt]
@@ -310,8 +302,8 @@ def test_caption_of_a_missing_or_non_image_file_is_a_one_line_error(caption_trai
     assert err.startswith("show-attend: error:") and str(image) in err
 
 
-def test_caption_goes_on_past_a_bad_image_and_exits_2(caption_trained, caption_shapes_dir, tmp_path, capsys):
-    good = [str(p) for p in sorted((caption_shapes_dir / "images").glob("*.png"))[:2]]
+def test_caption_goes_on_past_a_bad_image_and_exits_2(caption_trained, tiny_shapes, tmp_path, capsys):
+    good = [str(p) for p in sorted((tiny_shapes / "images").glob("*.png"))[:2]]
     bad = tmp_path / "notes.png"
     bad.write_text("not an image")
     code = main(["caption", "--ckpt", str(caption_trained / "checkpoints" / "last.ckpt"), good[0], str(bad), good[1], "--json"])
@@ -323,16 +315,16 @@ def test_caption_goes_on_past_a_bad_image_and_exits_2(caption_trained, caption_s
 
 
 @pytest.mark.parametrize("content", [b"", b"hello, not a checkpoint"])
-def test_caption_with_a_broken_checkpoint_is_a_one_line_error(caption_shapes_dir, tmp_path, capsys, content):
+def test_caption_with_a_broken_checkpoint_is_a_one_line_error(tiny_shapes, tmp_path, capsys, content):
     (tmp_path / "model.ckpt").write_bytes(content)
-    image = sorted((caption_shapes_dir / "images").glob("*.png"))[0]
+    image = sorted((tiny_shapes / "images").glob("*.png"))[0]
     assert main(["caption", "--ckpt", str(tmp_path / "model.ckpt"), str(image)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model.ckpt" in err
 
 
-def test_caption_command_runs_as_a_program(caption_trained, caption_shapes_dir):
-    image = sorted((caption_shapes_dir / "images").glob("*.png"))[0]
+def test_caption_command_runs_as_a_program(caption_trained, tiny_shapes):
+    image = sorted((tiny_shapes / "images").glob("*.png"))[0]
     result = subprocess.run(
         [sys.executable, "-m", "show_attend.cli", "caption", "--ckpt", str(caption_trained / "checkpoints" / "last.ckpt"), str(image)],
         capture_output=True, text=True, timeout=120,
@@ -350,11 +342,11 @@ def test_prepare_shapes_command_writes_a_karpathy_file(tmp_path, capsys):
     assert all(r.path.is_file() and r.objects for r in records)
 
 
-def test_frozen_encoder_features_are_cached_once_and_used_for_training(caption_shapes_dir, tmp_path):
+def test_frozen_encoder_features_are_cached_once_and_used_for_training(tiny_shapes, tmp_path):
     import pytorch_lightning as pl
 
     cache = tmp_path / "cache"
-    datamodule = CaptionDataModule(str(caption_shapes_dir), image_size=32, batch_size=8, min_word_freq=1, feature_cache=str(cache))
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, batch_size=8, min_word_freq=1, feature_cache=str(cache))
     model = Captioner(
         datamodule.vocabulary_tokens, encoder={"backbone": "vgg16", "pretrained": False, "grid_size": 2},
         decoder=TINY_MODEL["decoder"], image_size=32, beam_size=1, max_decode_length=5,
@@ -366,5 +358,5 @@ def test_frozen_encoder_features_are_cached_once_and_used_for_training(caption_s
     batch = collate([datamodule.dataset("train")[0]])
     assert "features" in batch and batch["features"].shape == (1, 4, 512)
     with torch.no_grad():  # the cached features are the encoder's, in float16
-        expected = model.encoder(collate([CaptionDataModule(str(caption_shapes_dir), image_size=32, min_word_freq=1).dataset("train")[0]])["images"])
+        expected = model.encoder(collate([CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1).dataset("train")[0]])["images"])
     torch.testing.assert_close(batch["features"], expected, atol=2e-2, rtol=1e-2)

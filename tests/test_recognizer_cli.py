@@ -12,33 +12,18 @@ import torch
 import yaml
 
 from speech_attend.cli import main
+from tiny import tiny_speech_config
 
 pytestmark = pytest.mark.slow
 
-TINY_CONFIG = {
-    "seed_everything": 0,
-    "trainer": {
-        "accelerator": "cpu", "devices": 1, "max_steps": 3, "limit_val_batches": 1,
-        "enable_progress_bar": False, "enable_model_summary": False, "logger": False,
-    },
-    "model": {
-        "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
-                "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2},
-        "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-        "warmup_steps": 1,
-    },
-    "data": {"batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
-}
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tiny_synth, tmp_path_factory):
     """A corpus, a config and the checkpoint of a 3-step fit."""
-    root = tmp_path_factory.mktemp("recognizer")
-    corpus = root / "synth"
-    assert main(["prepare", "synth", "--out", str(corpus), "--train", "8", "--dev", "2", "--test", "2"]) == 0
+    root, corpus = tmp_path_factory.mktemp("recognizer"), tiny_synth
     config = root / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY_CONFIG))
+    config.write_text(yaml.safe_dump(tiny_speech_config()))
     run_dir = root / "run"
     code = main(["fit", "--config", str(config), "--data.data_dir", str(corpus), "--trainer.default_root_dir", str(run_dir)])
     assert code == 0

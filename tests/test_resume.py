@@ -204,13 +204,6 @@ def test_captioner_sigterm_saves_the_step_reached_and_exits_143_then_resumes(sha
 # ---------------------------------------------------------------- recognizer
 
 
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory) -> Path:
-    corpus = tmp_path_factory.mktemp("synth")
-    assert speech_main(["prepare", "synth", "--out", str(corpus), "--train", "8", "--dev", "2", "--test", "2"]) == 0
-    return corpus
-
-
 def _speech_config(corpus: Path, run_dir: Path, max_steps: int, **trainer) -> dict:
     """Batches of 4 from 8 utterances: an epoch is 2 steps. CSVLogger, as the shipped configs:
     each run writes into its own ``lightning_logs/version_N``."""
@@ -244,12 +237,12 @@ def test_last_is_the_newest_last_checkpoint_of_any_version(tmp_path):
     assert newest_last_checkpoint(tmp_path) == newer
 
 
-def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(synth, tmp_path):
+def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(tiny_synth, tmp_path):
     straight = tmp_path / "straight"
-    assert speech_main(["fit", "--config", str(_write_config(tmp_path / "a.yaml", _speech_config(synth, straight, 4)))]) == 0
+    assert speech_main(["fit", "--config", str(_write_config(tmp_path / "a.yaml", _speech_config(tiny_synth, straight, 4)))]) == 0
 
     run = tmp_path / "killed"
-    config = _speech_config(synth, run, 4)
+    config = _speech_config(tiny_synth, run, 4)
     first = run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     child = _start("speech_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=2))], tmp_path / "b.log")
     try:
@@ -268,10 +261,10 @@ def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights
     assert _train_losses(run / "lightning_logs" / "version_1", "train/loss") == straight_losses[2:]
 
 
-def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(synth, tmp_path):
+def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(tiny_synth, tmp_path):
     run = tmp_path / "run"
     max_steps = 12
-    config = _speech_config(synth, run, max_steps, val_check_interval=2)
+    config = _speech_config(tiny_synth, run, max_steps, val_check_interval=2)
     _write_config(tmp_path / "run.yaml", config)
     periodic = ["--checkpoint.every_n_train_steps", "1"]
     last = run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
@@ -292,9 +285,9 @@ def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(synth, t
     assert len(_train_losses(run / "lightning_logs" / "version_1", "train/loss")) == max_steps - killed_at
 
 
-def test_recognizer_sigterm_saves_the_step_reached_and_exits_143(synth, tmp_path):
+def test_recognizer_sigterm_saves_the_step_reached_and_exits_143(tiny_synth, tmp_path):
     run = tmp_path / "run"
-    config = _write_config(tmp_path / "a.yaml", _speech_config(synth, run, 6), stall_at=3)
+    config = _write_config(tmp_path / "a.yaml", _speech_config(tiny_synth, run, 6), stall_at=3)
     child = _start("speech_attend", ["fit", "--config", str(config)], tmp_path / "a.log")
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "a.log")
