@@ -63,7 +63,12 @@ def _metric_rows(metrics: dict) -> str:
     rows = []
     for app, values in metrics.items():
         for name, value in values.items():
-            shown = "n/a" if value is None else (f"{value:.3f}" if isinstance(value, float) else html.escape(str(value)))
+            if value is None:
+                shown = "n/a"
+            elif name.endswith("_seconds"):
+                shown = f"{float(value):.0f} s"
+            else:
+                shown = f"{value:.3f}" if isinstance(value, float) else html.escape(str(value))
             rows.append(f"<tr><td>{html.escape(app)}</td><td>{html.escape(name)}</td><td>{shown}</td></tr>")
     return "\n".join(rows)
 

@@ -21,13 +21,13 @@ def test_page_links_every_artifact_and_nothing_missing(tmp_path):
     transcripts = [{"audio": _touch(tmp_path / "audio/u.wav"), "reference": "the cat sat", "text": "the hat sat",
                     "alignment": _touch(tmp_path / "alignments/u.png"), "duration_s": 1.5}]
     curves = {"captioner": _touch(tmp_path / "curves/captioner.png")}
-    metrics = {"captioner": {"exact_match": 1.0}, "recognizer": {"cer": 0.05, "wer": None}}
+    metrics = {"captioner": {"exact_match": 1.0, "train_seconds": 251.5}, "recognizer": {"cer": 0.05, "wer": None}}
     page = build_page(tmp_path, metrics, captions, transcripts, curves)
     text = page.read_text()
     assert missing_links(page) == []
     for link in ("images/a.png", "overlays/a.png", "audio/u.wav", "alignments/u.png", "curves/captioner.png"):
         assert f'src="{link}"' in text
-    assert "<audio controls" in text and "0.050" in text
+    assert "<audio controls" in text and "0.050" in text and "252 s" in text
     assert "exact match" in text and "A small red circle." in text
 
     (tmp_path / "overlays/a.png").unlink()
