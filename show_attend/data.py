@@ -173,8 +173,7 @@ def load_image(path: str | Path) -> Image.Image:
                 return Image.alpha_composite(background, rgba).convert("RGB")
             return image.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ImageError(f"{path}: not a readable image ({reason})") from None
+        raise _unreadable_image(path, err) from None
 
 
 def image_size(path: str | Path) -> tuple[int, int]:
@@ -187,7 +186,13 @@ def image_size(path: str | Path) -> tuple[int, int]:
         with Image.open(path) as image:
             return image.size
     except (OSError, SyntaxError, ValueError) as err:  # UnidentifiedImageError is an OSError
-        raise ImageError(f"{path}: not a readable image ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+        raise _unreadable_image(path, err) from None
+
+
+def _unreadable_image(path: str | Path, err: Exception) -> ImageError:
+    """One line for any error Pillow raises: the file, then the first line of Pillow's words."""
+    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return ImageError(f"{path}: not a readable image ({reason})")
 
 
 def image_transform(image_size: int, augment: bool = False) -> Callable[[Image.Image], torch.Tensor]:

@@ -137,6 +137,8 @@ class SpeechDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, str, str] | BadSample:
         path = self.utterances[index].audio_path
+        if index in self.unreadable:  # found unreadable at set-up
+            return BadSample(str(path), self.unreadable[index])
         try:
             wave = self.waveform(index)
         except AudioError as err:

@@ -82,9 +82,9 @@ def split_at_quiet_points(
     total, longest = waveform.numel(), int(max_seconds * sample_rate)
     if total <= longest:
         return [(0, total)]
-    hop = max(1, sample_rate // 100)  # 10 ms frames
-    frames = total // hop
-    power = waveform[: frames * hop].float().view(frames, hop).square().mean(1)  # (F,)
+    hop = _hop(sample_rate)
+    power = _frame_power(waveform, hop)  # (F,)
+    frames = power.numel()
     window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate) // hop)
     energy = F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, :frames]
     shortest = (max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate
@@ -101,10 +101,19 @@ def split_at_quiet_points(
 
 def is_silent(waveform: torch.Tensor, sample_rate: int, threshold_dbfs: float = SILENCE_DBFS) -> bool:
     """Whether the loudest 10 ms frame of ``waveform`` `(N,)` is below ``threshold_dbfs`` (RMS, full scale 1.0)."""
-    hop = max(1, sample_rate // 100)
-    frames = max(1, waveform.numel() // hop)
-    power = waveform[: frames * hop].float().reshape(frames, -1).square().mean(1)  # (F,)
+    power = _frame_power(waveform, _hop(sample_rate))  # (F,)
     return 10 * torch.log10(power.max() + 1e-20).item() < threshold_dbfs
+
+
+def _hop(sample_rate: int) -> int:
+    return max(1, sample_rate // 100)  # 10 ms frames
+
+
+def _frame_power(waveform: torch.Tensor, hop: int) -> torch.Tensor:
+    """Mean square of each whole ``hop``-sample frame of ``waveform`` `(N,)`: `(F,)`, at least one
+    frame (a waveform shorter than ``hop`` is one short frame)."""
+    frames = max(1, waveform.numel() // hop)
+    return waveform[: frames * hop].float().reshape(frames, -1).square().mean(1)
 
 
 @dataclass
