@@ -51,7 +51,8 @@ def safe_torch_load(path: str | Path, map_location: str | torch.device = "cpu") 
             f"which could run code ({first_line[:160]})"
         ) from None
     except Exception as err:  # noqa: BLE001  arbitrary bytes make the unpickler raise anything (IndexError, EOFError, ...)
-        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        message = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+        reason = f"{type(err).__name__}: {message}" if message else type(err).__name__  # "KeyError: 101", not "101"
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({reason})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a checkpoint dictionary, found {type(data).__name__}")

@@ -47,6 +47,14 @@ class SafeCheckpointCLI(LightningCLI):
         super()._parse_ckpt_path()
 
 
+def _check_config_files(args: list[str]) -> None:
+    """A ``--config`` file that is not there is one line here, not jsonargparse's page of usage."""
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.removeprefix("--config=") if arg.startswith("--config=") else None
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: config file not found (--config expects a YAML file such as those in configs/)")
+
+
 def _no_lightning_adverts(record: logging.LogRecord) -> bool:
     # Lightning 2.6 prints a tip for its cloud logger on every fit; not a message for our users.
     return "litlogger" not in record.getMessage()
@@ -82,6 +90,7 @@ def run_app(
     try:
         if command in commands:
             return int(commands[command](rest) or 0)
+        _check_config_files(rest)
         logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_no_lightning_adverts)
         lightning([command, *rest])
         return 0

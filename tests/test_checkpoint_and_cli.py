@@ -77,9 +77,21 @@ def test_cli_debug_flag_shows_the_traceback(capsys):
     assert "Traceback" in capsys.readouterr().err
 
 
-def test_cli_rejects_unknown_commands_and_routes_lightning_ones(capsys):
+def test_cli_rejects_unknown_commands_and_routes_lightning_ones(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text("trainer: {}\n")
     seen = []
     assert run_app("tool", {}, lightning=seen.append, argv=["fit", "--config", "c.yaml"]) == 0
     assert seen == [["fit", "--config", "c.yaml"]]
     assert run_app("tool", {}, lightning=seen.append, argv=["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["fit", "--config", "missing.yaml"], ["test", "--config=missing.yaml"]])
+def test_a_missing_config_file_is_one_line_before_lightning_runs(capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    assert run_app("tool", {}, lightning=seen.append, argv=argv) == 2
+    assert seen == []
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("tool: error: missing.yaml: config file not found")
