@@ -170,4 +170,6 @@ class Decoder(nn.Module):
         embedded = self.embedding(tokens)  # (N, m)
         context, alpha, _ = self._attend(h, memory, sample=False)
         h, c = self._lstm(self.embed_to_gates(embedded), context, h, c)
-        return self._output(embedded, h, context).log_softmax(-1, dtype=torch.float32), (h, c), alpha
+        # .float() is free for fp32 logits; log_softmax(dtype=...) would copy them even then (20 MB per step
+        # for 100 images' beams of 10,000 words).
+        return self._output(embedded, h, context).float().log_softmax(-1), (h, c), alpha

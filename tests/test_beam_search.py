@@ -140,7 +140,12 @@ def test_done_sequences_leave_the_batch_without_changing_results():
     batch, beams, max_len = 8, 3, 9
     table, step_fn, state, rows_seen = memory_model(batch, max_len, seed=4, eos_bias=-1e9)
     limits = torch.tensor([2, 9, 3, 9, 2, 4, 9, 3])  # nothing ends early: sequences stop at their limits
+    caller_table = table.clone()
     batched = beam_search(step_fn, state, batch, beams, SOS, EOS, max_len=limits, nbest=3, memory=table)
+    # Three compactions (8 -> 6 -> 4 -> 3 sequences); the later ones move rows within the search's
+    # own copy, never within the caller's memory.
+    assert [m for _, m in rows_seen] == [8, 8, 6, 4, 3, 3, 3, 3, 3]
+    assert torch.equal(table, caller_table)
     assert rows_seen[0] == (batch, batch)  # the first step runs one row per sequence
     assert rows_seen[1] == (batch * beams, batch)
     assert rows_seen[-1] == (3 * beams, 3)  # only the three longest are left at the end
