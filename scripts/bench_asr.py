@@ -43,6 +43,9 @@ from speech_attend.features import FeatureConfig  # noqa: E402
 from speech_attend.model import LAS, LASConfig, native_cpu_kernels  # noqa: E402
 from speech_attend.sampler import BucketBatchSampler  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync  # noqa: E402
+
 
 @dataclass
 class BenchConfig:
@@ -59,11 +62,6 @@ class BenchConfig:
 
 
 HOP = 160  # 10 ms at 16 kHz
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _model(cfg: BenchConfig, device) -> LAS:
@@ -108,10 +106,10 @@ def train_benchmark(cfg: BenchConfig, device) -> dict:
     step()  # warm-up
     times = []
     for _ in range(cfg.train_repeats):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         step()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     seconds = float(np.median(times))
     peak = (torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda"
@@ -141,14 +139,6 @@ def padding_benchmark(cfg: BenchConfig) -> dict:
     return {"random_batches": padding(random_batches), "bucketed_batches": padding(bucketed)}
 
 
-PRECISIONS = ("fp32", "bf16")
-
-
-def _autocast(device, precision: str):
-    """bf16 autocast (matrix products in bf16, parameters kept in fp32), or nothing for fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
 def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: str = "fp32"):
     """LAS.decode's batched beam search with the transcript length fixed per utterance:
     an untrained model would otherwise stop at once or never. Returns the hypotheses and the
@@ -160,7 +150,7 @@ def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: 
     """
     start = time.perf_counter()
     states, encoder_lengths = model.encode(waveforms, samples)
-    _sync(states.device)
+    sync(states.device)
     listener_seconds = time.perf_counter() - start
     bf16 = precision == "bf16"
     if bf16:  # read as is at every step, never cast again
@@ -174,7 +164,7 @@ def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: 
         is_eos = torch.arange(log_probs.size(1), device=tokens.device)[None, :] == eos
         return log_probs.masked_fill(ending != is_eos, float("-inf")), (inner, t + 1, length), alpha
 
-    with contextlib.nullcontext() if bf16 else native_cpu_kernels(), _autocast(states.device, precision):
+    with contextlib.nullcontext() if bf16 else native_cpu_kernels(), autocast(states.device, precision):
         memory = model.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
         state = (model.speller.initial_state(memory), torch.zeros_like(chars), chars)
         results = beam_search(step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1,
@@ -182,8 +172,13 @@ def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: 
     return results, listener_seconds
 
 
-def beam_benchmark(cfg: BenchConfig, device, precision: str = "fp32") -> dict:
-    """Batched against one utterance at a time, the same model and code, in ``precision``."""
+def beam_benchmark(cfg: BenchConfig, device, precision: str, rates: dict[str, float]) -> dict:
+    """Batched against one utterance at a time, the same model and code, in ``precision``.
+
+    Also the ceiling of the ratio on this machine: the one-at-a-time time over the batched
+    path's matrix products alone at the measured matmul rate (nothing else costing anything);
+    the listener's at the fp32 rate, as it runs in fp32 in both precisions (see ``_decode``).
+    """
     generator = torch.Generator().manual_seed(1)
     model = _model(cfg, device).eval()
     waveforms, samples, frames = _audio(cfg, cfg.beam_utterances, generator, cfg.beam_max_frames)
@@ -192,10 +187,10 @@ def beam_benchmark(cfg: BenchConfig, device, precision: str = "fp32") -> dict:
     with torch.no_grad():
         _decode(model, waveforms[:2, : int(samples[:2].max())], samples[:2], chars[:2], cfg, precision)  # warm-up
         _decode(model, waveforms[:1, : int(samples[0])], samples[:1], chars[:1], cfg, precision)
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         batched, batched_listener = _decode(model, waveforms, samples, chars, cfg, precision)
-        _sync(device)
+        sync(device)
         batched_seconds = time.perf_counter() - start
         start = time.perf_counter()
         single, single_listener = [], 0.0
@@ -204,8 +199,11 @@ def beam_benchmark(cfg: BenchConfig, device, precision: str = "fp32") -> dict:
             hyps, seconds = _decode(model, waveforms[one, : int(samples[i])], samples[one], chars[one], cfg, precision)
             single.append(hyps[0][0])
             single_listener += seconds
-        _sync(device)
+        sync(device)
         single_seconds = time.perf_counter() - start
+        gflop = matmul_gflop(lambda: _decode(model, waveforms, samples, chars, cfg, precision))  # separate, untimed runs
+        listener_gflop = matmul_gflop(lambda: model.encode(waveforms, samples))
+    matmul_seconds = listener_gflop / rates["fp32"] + (gflop - listener_gflop) / rates[precision]
     same = sum(b[0].tokens == s.tokens for b, s in zip(batched, single))
     return {
         "precision": precision,
@@ -217,6 +215,9 @@ def beam_benchmark(cfg: BenchConfig, device, precision: str = "fp32") -> dict:
         "one_at_a_time_seconds": single_seconds,
         "same_transcripts": f"{same}/{cfg.beam_utterances}",
         "speedup_batched_beam": single_seconds / batched_seconds,
+        "batched_matmul_gflop": gflop,
+        "batched_matmul_bound_seconds": matmul_seconds,  # its matrix products at the measured rate
+        "speedup_ceiling": single_seconds / matmul_seconds,
         "batched_listener_seconds": batched_listener,
         "one_at_a_time_listener_seconds": single_listener,
         # the beam search alone (speller steps and bookkeeping), the listener's time taken out of both paths
@@ -252,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  random batches   {pad['random_batches']:6.1%} of frames are padding")
     print(f"  bucketed sampler {pad['bucketed_batches']:6.1%}", flush=True)
 
-    beam = {precision: beam_benchmark(cfg, device, precision) for precision in PRECISIONS}
+    rates = {precision: matmul_rate(device, precision) for precision in PRECISIONS}
+    print("\nmeasured matmul rate: " + ", ".join(f"{p} {r:.0f} GFLOP/s" for p, r in rates.items()), flush=True)
+    beam = {precision: beam_benchmark(cfg, device, precision, rates) for precision in PRECISIONS}
     fp32_transcripts = beam["fp32"].pop("transcripts")
     bf16_transcripts = beam["bf16"].pop("transcripts")
     beam["bf16"]["same_as_fp32"] = f"{sum(a == b for a, b in zip(fp32_transcripts, bf16_transcripts))}/{cfg.beam_utterances}"
@@ -260,17 +263,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_utterances} utterances ({beam['fp32']['audio_seconds']:.0f} s of audio, "
           f"{beam['fp32']['mean_output_chars']:.0f} characters on average), same model")
     print(f"  {'precision':<11}{'batched s':>11}{'(listener)':>12}{'one at a time s':>17}{'(listener)':>12}{'speedup':>9}"
-          f"{'speller only':>14}{'batched = single':>18}{'= fp32':>8}")
+          f"{'speller only':>14}{'matmul-bound s':>16}{'ceiling':>9}{'batched = single':>18}{'= fp32':>8}")
     for precision in PRECISIONS:
         r = beam[precision]
         print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['batched_listener_seconds']:>12.2f}"
               f"{r['one_at_a_time_seconds']:>17.2f}{r['one_at_a_time_listener_seconds']:>12.2f}"
               f"{r['speedup_batched_beam']:>8.2f}x{r['speedup_batched_speller']:>13.2f}x"
+              f"{r['batched_matmul_bound_seconds']:>16.2f}{r['speedup_ceiling']:>8.2f}x"
               f"{r['same_transcripts']:>18}{r.get('same_as_fp32', '-'):>8}")
     print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
-          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)", flush=True)
+          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)")
+    print("  matmul-bound s: the batched path's matrix products alone at the measured matmul rate; ceiling: the\n"
+          "  one-at-a-time time over that, the most batching could give on this machine with all else free", flush=True)
 
-    results = {"device": str(device), "machine": machine, "quick": args.quick, "train_step": train, "padding": pad, "beam": beam}
+    results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rates["fp32"],
+               "matmul_gflop_per_s_bf16": rates["bf16"], "train_step": train, "padding": pad, "beam": beam}
     if args.json:
         print(json.dumps(results))
     return 0

@@ -37,6 +37,9 @@ from show_attend.encoder import Encoder, EncoderConfig  # noqa: E402
 from show_attend.module import caption_loss, doubly_stochastic_penalty  # noqa: E402
 from shared import beam_search, lengths_to_mask  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync, timed  # noqa: E402
+
 
 @dataclass
 class BenchConfig:
@@ -60,40 +63,6 @@ class RecomputedKeysDecoder(Decoder):
     def _attend(self, h, memory, sample):
         memory = memory._replace(projected_keys=self.attention.score.precompute(memory.values))
         return super()._attend(h, memory, sample)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _timed(fn, repeats: int, device: torch.device) -> float:
-    """Median seconds of ``fn()`` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-PRECISIONS = ("fp32", "bf16")
-
-
-def _autocast(device: torch.device, precision: str):
-    """bf16 autocast (matrix products in bf16, parameters kept in fp32), or nothing for fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def matmul_rate(device: torch.device, precision: str = "fp32", n: int = 2048) -> float:
-    """Measured GFLOP/s of a square matrix multiply in ``precision``."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    seconds = _timed(lambda: a @ b, 5, device)
-    return 2 * n**3 / seconds / 1e9
 
 
 def _decoder(cls, cfg: BenchConfig, device) -> Decoder:
@@ -123,7 +92,7 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
 
         def step():
-            with _autocast(device, precision):  # forward and loss; backward follows the forward's dtypes
+            with autocast(device, precision):  # forward and loss; backward follows the forward's dtypes
                 out = decoder(features, captions[:, :-1])
                 loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
                 loss = loss + doubly_stochastic_penalty(out.alphas.float(), step_mask).mean()
@@ -133,7 +102,7 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
 
         with FlopCounterMode(display=False) as counter:
             step()
-        seconds = _timed(step, cfg.train_repeats, device)
+        seconds = timed(step, cfg.train_repeats, device)
         flops = counter.get_total_flops()
         results[name] = {"precision": precision, "step_seconds": seconds, "gflop": flops / 1e9,
                          "gflop_per_s": flops / seconds / 1e9}
@@ -168,26 +137,32 @@ def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg
     return beam_search(step, state, features.size(0), cfg.beam, sos=1, eos=eos, max_len=cfg.max_len + 1, memory=memory)
 
 
-def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str = "fp32") -> dict:
-    """Batched against one image at a time, the same decoder and code, in ``precision``."""
+def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str, matmul_gflop_per_s: float) -> dict:
+    """Batched against one image at a time, the same decoder and code, in ``precision``.
+
+    Also the ceiling of the ratio on this machine: the one-at-a-time time over the batched
+    path's matrix products alone at the measured matmul rate (nothing else costing anything).
+    """
     decoder = _decoder(Decoder, cfg, device).eval()
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator).to(device)
     lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator).to(device)
     if precision == "bf16":  # what an encoder under autocast hands over; read as is at every step, never cast again
         features = features.to(torch.bfloat16)
-    with torch.no_grad(), _autocast(device, precision):
+    with torch.no_grad(), autocast(device, precision):
         _decode(decoder, features[:2], lengths[:2], cfg)  # warm-up
         _decode(decoder, features[:1], lengths[:1], cfg)
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         batched = _decode(decoder, features, lengths, cfg)
-        _sync(device)
+        sync(device)
         batched_seconds = time.perf_counter() - start
         start = time.perf_counter()
         single = [_decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)[0] for i in range(cfg.beam_images)]
-        _sync(device)
+        sync(device)
         single_seconds = time.perf_counter() - start
+        gflop = matmul_gflop(lambda: _decode(decoder, features, lengths, cfg))  # a separate, untimed run
+    matmul_seconds = gflop / matmul_gflop_per_s
     same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
     mean_len = float(np.mean([len(b[0].tokens) for b in batched]))
     return {
@@ -200,6 +175,9 @@ def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str = "fp3
         "images_per_s_batched": cfg.beam_images / batched_seconds,
         "same_captions": f"{same}/{cfg.beam_images}",
         "speedup_batched_beam": single_seconds / batched_seconds,
+        "batched_matmul_gflop": gflop,
+        "batched_matmul_bound_seconds": matmul_seconds,  # its matrix products at the measured rate
+        "speedup_ceiling": single_seconds / matmul_seconds,
         "captions": [b[0].tokens for b in batched],
     }
 
@@ -238,8 +216,8 @@ def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
             i[0] += 1
             train(torch.from_numpy(np.array(cache[rows], dtype=np.float32)).to(device))
 
-        encoder_seconds = _timed(from_encoder, cfg.epoch_batches, device)
-        cache_seconds = _timed(from_cache, cfg.epoch_batches, device)
+        encoder_seconds = timed(from_encoder, cfg.epoch_batches, device)
+        cache_seconds = timed(from_cache, cfg.epoch_batches, device)
     batches = cfg.epoch_images / cfg.batch
     return {
         "epoch_images": cfg.epoch_images,
@@ -278,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  speedup_precomputed_keys = {train['speedup_precomputed_keys']:.2f}x, bf16 autocast = {train['speedup_bf16']:.2f}x",
           flush=True)
 
-    beam = {precision: beam_benchmark(cfg, device, precision) for precision in PRECISIONS}
+    beam = {precision: beam_benchmark(cfg, device, precision, rates[precision]) for precision in PRECISIONS}
     fp32_captions = beam["fp32"].pop("captions")
     bf16_captions = beam["bf16"].pop("captions")
     beam["bf16"]["same_as_fp32"] = f"{sum(a == b for a, b in zip(fp32_captions, bf16_captions))}/{cfg.beam_images}"
@@ -286,14 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_images} images, same model, "
           f"captions of {cfg.min_len}-{cfg.max_len} words")
     print(f"  {'precision':<11}{'batched s':>11}{'images/s':>10}{'one at a time s':>17}{'speedup':>9}"
-          f"{'batched = single':>18}{'= fp32':>8}")
+          f"{'matmul-bound s':>16}{'ceiling':>9}{'batched = single':>18}{'= fp32':>8}")
     for precision in PRECISIONS:
         r = beam[precision]
         print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['images_per_s_batched']:>10.1f}"
-              f"{r['one_at_a_time_seconds']:>17.2f}{r['speedup_batched_beam']:>8.2f}x{r['same_captions']:>18}"
+              f"{r['one_at_a_time_seconds']:>17.2f}{r['speedup_batched_beam']:>8.2f}x"
+              f"{r['batched_matmul_bound_seconds']:>16.2f}{r['speedup_ceiling']:>8.2f}x{r['same_captions']:>18}"
               f"{r.get('same_as_fp32', '-'):>8}")
     print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
-          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)", flush=True)
+          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)")
+    print("  matmul-bound s: the batched path's matrix products alone at the measured matmul rate; ceiling: the\n"
+          "  one-at-a-time time over that, the most batching could give on this machine with all else free", flush=True)
 
     epoch = epoch_benchmark(cfg, device)
     print(f"\nan epoch of {cfg.epoch_images} images (estimated from {cfg.epoch_batches} timed batches)")
