@@ -1,0 +1,26 @@
+"""The FLOP count behind the benchmarks' ceiling column (scripts/bench_common.py)."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from bench_common import matmul_gflop  # noqa: E402
+
+from speech_attend.model import native_cpu_kernels  # noqa: E402
+
+
+def test_matmul_gflop_counts_two_flops_per_multiply_add():
+    a, b = torch.randn(30, 40), torch.randn(40, 50)
+    assert matmul_gflop(lambda: a @ b) == 2 * 30 * 40 * 50 / 1e9
+
+
+def test_matmul_gflop_counts_the_recurrent_products_of_native_lstms():
+    # The recognizer's listener runs PyTorch's native CPU LSTM: its products must be counted, or
+    # the recognizer's ceiling would be too high.
+    lstm, cell = torch.nn.LSTM(48, 16, batch_first=True), torch.nn.LSTMCell(48, 16)
+    x = torch.randn(3, 7, 48)
+    with torch.no_grad(), native_cpu_kernels():
+        assert matmul_gflop(lambda: lstm(x)) == 2 * 3 * 7 * (48 + 16) * 4 * 16 / 1e9
+        assert matmul_gflop(lambda: cell(x[:, 0])) == 2 * 3 * (48 + 16) * 4 * 16 / 1e9
