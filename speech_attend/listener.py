@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared import lengths_to_mask
 
@@ -58,7 +59,9 @@ class _BLSTM(nn.Module):
     The backward direction reads each sequence reversed *within its length*, so it starts at
     the sequence's last real frame, not in the padding. This gives exactly what a packed
     sequence gives, and its backward pass is 10-30x faster on CPU than PyTorch's packed LSTM
-    (measured on 2 cores: 0.04 s against 0.4-1.4 s for 32 x 248 frames).
+    (measured on 2 cores: 0.04 s against 0.4-1.4 s for 32 x 248 frames). Without gradients
+    (decoding), each direction runs packed, skipping the padding's steps: the same outputs,
+    and 26% less time for 64 utterances of 500-1500 frames (0.57 s against 0.77 s per layer).
     """
 
     def __init__(self, input_dim: int, hidden: int):
@@ -67,10 +70,19 @@ class _BLSTM(nn.Module):
         self.backward_lstm = nn.LSTM(input_dim, hidden, batch_first=True)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        forward, _ = self.forward_lstm(x)  # (B, T, H); real frames never see the padding after them
-        backward, _ = self.backward_lstm(reverse_padded(x, lengths))  # (B, T, H)
+        forward = self._run(self.forward_lstm, x, lengths)  # (B, T, H); real frames never see the padding after them
+        backward = self._run(self.backward_lstm, reverse_padded(x, lengths), lengths)  # (B, T, H)
         out = torch.cat([forward, reverse_padded(backward, lengths)], dim=-1)  # (B, T, 2H)
         return out * lengths_to_mask(lengths.to(x.device), x.size(1)).unsqueeze(-1).to(out.dtype)
+
+    @staticmethod
+    def _run(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``lstm`` over `(B, T, D)`: packed without gradients, padded with them (see the class)."""
+        cpu_lengths = lengths.cpu()
+        if torch.is_grad_enabled() or x.size(0) == 1 or int(cpu_lengths.min()) < 1:
+            return lstm(x)[0]
+        packed = pack_padded_sequence(x, cpu_lengths, batch_first=True, enforce_sorted=False)
+        return pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=x.size(1))[0]
 
 
 class Listener(nn.Module):
