@@ -156,7 +156,13 @@ class StopOnNonFinite(pl.Callback):
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer) -> None:
         grads = [(name, p.grad) for name, p in pl_module.named_parameters() if p.grad is not None]
         # One device sync per step: check everything at once, find the culprit only on failure.
-        grads_finite = not grads or bool(torch.stack([g.isfinite().all() for _, g in grads]).all())
+        # A NaN or inf anywhere makes the total norm non-finite, and the norm's fused kernels are
+        # ~15x faster than an isfinite pass per tensor (0.3 against 4.4 ms for 3M weights on one
+        # core, 4% of a demo recognizer step). Finite gradients whose squares overflow also give
+        # an inf norm, so a non-finite norm is checked again element by element.
+        grads_finite = not grads or bool(torch.nn.utils.get_total_norm([g for _, g in grads]).isfinite())
+        if not grads_finite:
+            grads_finite = bool(torch.stack([g.isfinite().all() for _, g in grads]).all())
         local_ok = grads_finite and self._bad_loss is None
         if trainer.strategy.reduce_boolean_decision(local_ok, all=True):
             return

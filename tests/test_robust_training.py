@@ -25,10 +25,15 @@ def _collate(items):
 
 
 class _Model(pl.LightningModule):
-    def __init__(self, nan_at_step=None):
+    def __init__(self, nan_at_step=None, gradient_at_step=None):
         super().__init__()
         self.layer = torch.nn.Linear(2, 1)
         self.nan_at_step = nan_at_step
+        self.gradient_at_step = gradient_at_step  # (step, value): the weight's gradient is set to value
+
+    def on_after_backward(self):
+        if self.gradient_at_step and self.global_step == self.gradient_at_step[0]:
+            self.layer.weight.grad.fill_(self.gradient_at_step[1])
 
     def training_step(self, batch, batch_idx):
         loss = self.layer(batch["x"] / 100).pow(2).mean()
@@ -68,3 +73,22 @@ def test_non_finite_loss_stops_and_saves_the_last_good_state(tmp_path):
     saved = torch.load(tmp_path / "checkpoints" / "last_good.ckpt", weights_only=True)
     assert saved["global_step"] == 3
     assert all(torch.isfinite(v).all() for v in saved["state_dict"].values())
+
+
+def test_non_finite_gradient_with_a_finite_loss_stops_and_names_the_parameter(tmp_path):
+    loader = DataLoader(_Items(100, bad=[]), batch_size=10, collate_fn=_collate)
+    model = _Model(gradient_at_step=(2, float("inf")))
+    with pytest.raises(NonFiniteLoss, match=r"non-finite gradient in layer\.weight at global step 2 "):
+        _trainer(tmp_path, [StopOnNonFinite()]).fit(model, loader)
+    assert torch.load(tmp_path / "checkpoints" / "last_good.ckpt", weights_only=True)["global_step"] == 2
+
+
+def test_huge_finite_gradients_whose_norm_overflows_do_not_stop_training(tmp_path):
+    loader = DataLoader(_Items(100, bad=[]), batch_size=10, collate_fn=_collate)
+    # Finite, but its square overflows float32; at the last step, as the update it makes would
+    # (rightly) give an inf loss at the next.
+    model = _Model(gradient_at_step=(9, 1e30))
+    assert not torch.nn.utils.get_total_norm([torch.full((2,), 1e30)]).isfinite()
+    trainer = _trainer(tmp_path, [StopOnNonFinite()])
+    trainer.fit(model, loader)
+    assert trainer.global_step == 10  # the whole epoch ran
