@@ -1,0 +1,104 @@
+"""Where the batched beam search's time goes, against the budget a speedup target leaves.
+
+    python scripts/profile_beam.py captioner|recognizer [--target X] [--top N]
+
+Runs the full-size batched decode of ``bench_captioner.py`` (100 images, beam 5) or
+``bench_asr.py`` (64 utterances, beam 8), times it and the one-at-a-time decode, then profiles one
+more batched decode with ``torch.profiler`` and prints the operators by self time. The line that
+matters: the matrix-product kernels' time alone against ``one_at_a_time / target``, the most the
+whole batched decode may take. When the kernels alone exceed it, no amount of work on the rest
+of the decode reaches the target on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MATRIX_PRODUCTS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_slow_conv2d_forward",
+                   "aten::mkldnn_convolution", "aten::convolution"}
+TARGETS = {"captioner": 8.0, "recognizer": 5.0}  # issue 7
+
+
+def _captioner():
+    import bench_captioner as bench
+    from show_attend.decoder import Decoder
+
+    cfg = bench.BenchConfig()
+    decoder = bench._decoder(Decoder, cfg, torch.device("cpu")).eval()
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator)
+    lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator)
+
+    def batched():
+        bench._decode(decoder, features, lengths, cfg)
+
+    def one_at_a_time():
+        for i in range(cfg.beam_images):
+            bench._decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)
+
+    return batched, one_at_a_time
+
+
+def _recognizer():
+    import bench_asr as bench
+
+    cfg = bench.BenchConfig()
+    model = bench._model(cfg, torch.device("cpu")).eval()
+    waveforms, samples, frames = bench._audio(cfg, cfg.beam_utterances, torch.Generator().manual_seed(1), cfg.beam_max_frames)
+    chars = (frames.float() / 100 * cfg.chars_per_second).long()
+
+    def batched():
+        bench._decode(model, waveforms, samples, chars, cfg)
+
+    def one_at_a_time():
+        for i in range(cfg.beam_utterances):
+            one = slice(i, i + 1)
+            bench._decode(model, waveforms[one, : int(samples[i])], samples[one], chars[one], cfg)
+
+    return batched, one_at_a_time
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("app", choices=sorted(TARGETS))
+    parser.add_argument("--target", type=float, help="speedup to budget for (default: the issue's, 8 or 5)")
+    parser.add_argument("--top", type=int, default=12, help="operators to list (default: 12)")
+    args = parser.parse_args(argv)
+    target = args.target or TARGETS[args.app]
+    batched, one_at_a_time = _captioner() if args.app == "captioner" else _recognizer()
+    with torch.no_grad():
+        batched()  # warm-up
+        batched_seconds, single_seconds = _seconds(batched), _seconds(one_at_a_time)
+        with profile() as prof:
+            batched()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    products = sum(e.self_cpu_time_total for e in events if e.key in MATRIX_PRODUCTS) / 1e6
+    profiled = sum(e.self_cpu_time_total for e in events) / 1e6
+    budget = single_seconds / target
+    print(f"{args.app}: batched {batched_seconds:.2f} s, one at a time {single_seconds:.2f} s: "
+          f"{single_seconds / batched_seconds:.2f}x ({torch.get_num_threads()} threads)")
+    print(f"budget for {target:g}x: {budget:.2f} s; matrix-product kernels alone: {products:.2f} s "
+          f"(of {profiled:.2f} s profiled) -> {'within' if products <= budget else 'OVER'} the budget")
+    print(f"\n  {'operator':<34}{'self s':>8}{'calls':>8}")
+    for event in events[: args.top]:
+        print(f"  {event.key:<34}{event.self_cpu_time_total / 1e6:>8.3f}{event.count:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
