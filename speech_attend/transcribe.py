@@ -1,9 +1,11 @@
 """Transcribing audio files with a trained model (a ``.ckpt`` or an exported folder).
 
 Any sample rate and channel count is accepted (resampled and downmixed on reading). Audio
-longer than the model handles well (by default the longest training utterance) is split at
-its quietest points into chunks, which are decoded as one batch and joined; attention models
-truncate or loop on utterances much longer than they were trained on (REFERENCE section 2).
+longer than the model handles well (by default the longest training utterance) is split at its
+pauses into chunks, which are decoded as one batch and joined; attention models truncate or
+loop on utterances much longer than they were trained on (REFERENCE section 2). Every chunk,
+and a file decoded whole, is trimmed to the speech it holds: an attention model trained on
+utterances that start and end with speech invents words for silence at their edges.
 """
 
 from __future__ import annotations
@@ -22,11 +24,20 @@ from .audio import load_audio
 from .model import LAS, DecodeConfig
 from .module import build_model
 
-__all__ = ["Transcriber", "Transcript", "split_at_quiet_points", "is_silent", "load_recognizer", "SILENCE_DBFS"]
+__all__ = [
+    "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "SILENCE_DBFS",
+]
 
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
 _QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
 _CHUNKS_PER_BATCH = 16
+# Relative to the speech level (the 95th percentile of 10 ms frame power): smoothed energy under
+# PAUSE_DB is a pause; a frame over SPEECH_DB holds speech, for trimming. Soft consonants sit 20-35
+# dB under the vowels, so trimming at -40 dB keeps them.
+PAUSE_DB, SPEECH_DB = -35.0, -40.0
+_MIN_PAUSE_SECONDS = 0.15  # shorter quiet runs (stop closures, breaths within a phrase) are not cut
+_MIN_CHUNK_SECONDS = 0.5  # a shorter piece between two pauses joins the piece before it
+_MIN_TRIM_SECONDS = 0.05  # shorter quiet edges of a chunk are not trimmed
 # A chunk whose loudest 10 ms frame is quieter than this holds no speech (quiet room noise sits
 # near -60 dBFS, speech peaks above -30): it is left empty instead of decoded, because an
 # attention decoder asked to transcribe silence invents words.
@@ -83,10 +94,8 @@ def split_at_quiet_points(
     if total <= longest:
         return [(0, total)]
     hop = _hop(sample_rate)
-    power = _frame_power(waveform, hop)  # (F,)
-    frames = power.numel()
-    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate) // hop)
-    energy = F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, :frames]
+    energy = _smoothed_energy(_frame_power(waveform, hop), sample_rate)  # (F,)
+    frames = energy.numel()
     shortest = (max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate
     chunks, start = [], 0
     while total - start > longest:
@@ -97,6 +106,81 @@ def split_at_quiet_points(
         start = cut
     chunks.append((start, total))
     return chunks
+
+
+def split_at_pauses(
+    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_pause: float = _MIN_PAUSE_SECONDS
+) -> list[tuple[int, int]]:
+    """Cut long speech at its pauses into chunks of at most ``max_seconds``, each trimmed to its speech.
+
+    Audio no longer than ``max_seconds`` stays one chunk. Longer audio is cut in the middle of
+    every pause of at least ``min_pause`` (10 ms frames ``PAUSE_DB`` under the speech level, the
+    95th percentile of the frame power), so chunks hold whole phrases, as the model heard in
+    training; a piece shorter than 0.5 s joins the one before it, and a piece still longer than
+    ``max_seconds`` is cut further at its quietest points (:func:`split_at_quiet_points`). Then
+    every chunk loses quiet edges of 50 ms or more, down to its first and last frame with speech
+    (power over ``SPEECH_DB`` under the speech level); a chunk without speech is kept whole, for
+    :func:`is_silent` to find.
+
+    Measured with the demo model on 20 files of 10 test utterances each joined by 0.25 s pauses
+    (``scripts/long_audio_check.py``): WER 0.230 on the long files against 0.232 for the same
+    utterances one file each; cutting at the quietest points alone, untrimmed, gave 0.404.
+
+    Args:
+        waveform (torch.Tensor): `(N,)`.
+        sample_rate (int): Hz.
+        max_seconds (float): longest chunk.
+        min_pause (float, optional): shortest pause cut at, in seconds. (Default: ``0.15``)
+
+    Returns:
+        list of (int, int): ``(start, end)`` sample ranges in order, not overlapping.
+    """
+    if max_seconds <= 0:
+        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
+    total, hop = waveform.numel(), _hop(sample_rate)
+    power = _frame_power(waveform, hop)  # (F,)
+    level = torch.quantile(power, 0.95)  # loud speech, whatever the recording level
+    speech = (power > level * 10 ** (SPEECH_DB / 10)).nonzero().squeeze(1)  # frames with speech
+
+    def trimmed(start: int, end: int) -> tuple[int, int]:
+        inside = speech[(speech >= start // hop) & (speech < -(-end // hop))]
+        if inside.numel() == 0:
+            return start, end
+        # Quiet edges shorter than _MIN_TRIM_SECONDS stay: they are part of the speech's own onset
+        # or decay, and moving a clean utterance's start by 10 ms changes ~5% of its transcripts.
+        keep = int(_MIN_TRIM_SECONDS * sample_rate)
+        first, last = int(inside[0]) * hop, (int(inside[-1]) + 1) * hop
+        return (first if first - start >= keep else start), (last if end - last >= keep else end)
+
+    if total <= int(max_seconds * sample_rate):
+        return [trimmed(0, total)]
+    quiet = (power <= level * 10 ** (PAUSE_DB / 10)).tolist()
+    cuts, run_start = [], None
+    for frame, is_quiet in enumerate(quiet + [False]):  # the False closes a run at the end
+        if is_quiet and run_start is None:
+            run_start = frame
+        elif not is_quiet and run_start is not None:
+            inside = run_start > 0 and frame < len(quiet)  # leading and trailing silence is trimmed, not cut
+            if inside and (frame - run_start) * hop >= min_pause * sample_rate:
+                cuts.append((run_start + frame) // 2 * hop)
+            run_start = None
+    pieces: list[tuple[int, int]] = []
+    for start, end in zip([0, *cuts], [*cuts, total]):
+        if pieces and end - start < _MIN_CHUNK_SECONDS * sample_rate:
+            pieces[-1] = (pieces[-1][0], end)
+        else:
+            pieces.append((start, end))
+    return [
+        trimmed(start + a, start + b)
+        for start, end in pieces
+        for a, b in split_at_quiet_points(waveform[start:end], sample_rate, max_seconds)
+    ]
+
+
+def _smoothed_energy(power: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """10 ms frame power `(F,)` averaged over ``_QUIET_WINDOW_SECONDS`` around each frame: `(F,)`."""
+    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate) // _hop(sample_rate))
+    return F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, : power.numel()]
 
 
 def is_silent(waveform: torch.Tensor, sample_rate: int, threshold_dbfs: float = SILENCE_DBFS) -> bool:
@@ -125,8 +209,8 @@ class Transcript:
         text (str): the transcript (chunks joined by spaces).
         duration_s (float): seconds of audio.
         chunks (int): pieces the audio was decoded in.
-        alignment (torch.Tensor): `(characters, listener frames)` attention, block-diagonal
-            over chunks; the joining spaces have empty rows.
+        alignment (torch.Tensor): `(characters, listener frames)` attention over the whole file:
+            each chunk's block where the chunk lies in the audio; the joining spaces have empty rows.
         labels (list[str]): one character per alignment row.
     """
 
@@ -175,8 +259,8 @@ class Transcriber:
                 f"{audio_path}: audio of {wave.numel() / self.sample_rate:.3f} s is shorter than one listener frame; "
                 f"expected at least {self.model.min_samples() / self.sample_rate:.3f} s"
             )
-        spans = split_at_quiet_points(wave, self.sample_rate, self.max_chunk_seconds)
-        spans = _merge_short_tail(spans, self.model.min_samples())
+        spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds)
+        spans = _at_least(spans, self.model.min_samples(), wave.numel())
         # Silent chunks keep an empty hypothesis (and blank alignment columns) and are not decoded.
         frame_samples = self.sample_rate * self.model.frame_seconds
         results: dict[int, tuple[Hypothesis, int]] = {
@@ -198,7 +282,8 @@ class Transcriber:
         hyps = [results[i][0] for i in range(len(spans))]
         encoder_lengths = [results[i][1] for i in range(len(spans))]
         texts = ["".join(self.vocabulary.decode(h.tokens)) for h in hyps]
-        alignment, labels = _join_alignments(hyps, encoder_lengths, self.vocabulary)
+        offsets = [round(start / frame_samples) for start, _ in spans]  # each chunk where it starts in the audio
+        alignment, labels = _join_alignments(hyps, encoder_lengths, offsets, self.vocabulary)
         return Transcript(str(audio_path), " ".join(t for t in texts if t), wave.numel() / self.sample_rate, len(spans), alignment, labels)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
@@ -210,20 +295,27 @@ class Transcriber:
         return save_alignment(transcript.alignment, path, transcript.labels, self.model.frame_seconds, title)
 
 
-def _merge_short_tail(spans: list[tuple[int, int]], min_samples: int) -> list[tuple[int, int]]:
-    """Join a final chunk too short for one listener frame onto the previous chunk."""
-    if len(spans) > 1 and spans[-1][1] - spans[-1][0] < min_samples:
-        spans = spans[:-2] + [(spans[-2][0], spans[-1][1])]
-    return spans
+def _at_least(spans: list[tuple[int, int]], min_samples: int, total: int) -> list[tuple[int, int]]:
+    """Widen chunks shorter than one listener frame (a click trimmed to its 20 ms) around their middle,
+    within the ``total`` samples of the audio, so every chunk can be decoded."""
+    widened = []
+    for start, end in spans:
+        if end - start < min_samples:
+            start = min(max(0, (start + end - min_samples) // 2), total - min_samples)
+            end = start + min_samples
+        widened.append((start, end))
+    return widened
 
 
-def _join_alignments(hyps, encoder_lengths: list[int], vocabulary) -> tuple[torch.Tensor, list[str]]:
-    """One block-diagonal alignment for all chunks, with a space row between chunks."""
+def _join_alignments(hyps, encoder_lengths: list[int], offsets: list[int], vocabulary) -> tuple[torch.Tensor, list[str]]:
+    """One alignment for all chunks, each chunk's block at its listener-frame offset in the audio
+    (trimmed silence stays as empty columns), with a space row between chunks."""
     rows = sum(len(h.tokens) for h in hyps) + max(0, len(hyps) - 1)
-    matrix = torch.zeros(max(rows, 1), max(1, sum(encoder_lengths)))
+    columns = max([1] + [offset + frames for offset, frames in zip(offsets, encoder_lengths)])
+    matrix = torch.zeros(max(rows, 1), columns)
     labels: list[str] = []
-    row = col = 0
-    for i, (hyp, frames) in enumerate(zip(hyps, encoder_lengths)):
+    row = 0
+    for i, (hyp, frames, col) in enumerate(zip(hyps, encoder_lengths, offsets)):
         if i:
             labels.append(" ")
             row += 1
@@ -231,7 +323,6 @@ def _join_alignments(hyps, encoder_lengths: list[int], vocabulary) -> tuple[torc
             matrix[row : row + len(hyp.tokens), col : col + frames] = hyp.attention[:, :frames].float().cpu()
         labels.extend(vocabulary.decode(hyp.tokens, strip_specials=False))
         row += len(hyp.tokens)
-        col += frames
     if not labels:
         labels = [""]
     return matrix, labels

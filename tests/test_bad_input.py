@@ -628,6 +628,23 @@ def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
     assert decoded[0] >= len(speech) and result.alignment.size(1) >= result.chunks
 
 
+def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_run, tiny_synth, tmp_path):
+    from speech_attend.transcribe import Transcriber
+
+    speech, rate = sf.read(sorted((tiny_synth / "test").rglob("*.flac"))[0])
+    path = tmp_path / "silence_then_speech.flac"
+    sf.write(path, np.concatenate([np.zeros(rate), speech]), rate)  # 1 s of silence first
+    transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=60)
+    decoded, decode = [], transcriber.model.decode
+    transcriber.model.decode = lambda waves, lengths, *args: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args)
+    result = transcriber.transcribe(path)
+    assert result.chunks == 1 and decoded[0] <= len(speech)  # the silence was not decoded
+    frames_per_second = 1 / transcriber.model.frame_seconds
+    used = result.alignment.abs().sum(0).nonzero().squeeze(1)
+    assert used.numel() and int(used[0]) >= round(0.95 * frames_per_second)  # attention starts where the speech does
+    assert result.alignment.size(1) >= round((1 + len(speech) / rate) * frames_per_second) - 1
+
+
 @pytest.mark.slow
 def test_transcribe_of_a_ten_minute_recording_runs_in_chunks(speech_run, tiny_synth, tmp_path, capsys):
     rate = 16000

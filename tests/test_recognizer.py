@@ -13,7 +13,7 @@ from speech_attend.listener import Listener, _BLSTM
 from speech_attend.model import LAS, DecodeConfig, LASConfig
 from speech_attend.module import SpeechRecognizer
 from speech_attend.sampler import BucketBatchSampler
-from speech_attend.transcribe import split_at_quiet_points
+from speech_attend.transcribe import split_at_pauses, split_at_quiet_points
 
 TINY = LASConfig(
     listener_hidden=8, pyramid_layers=2, speller_hidden=16, embedding_dim=8, attention_dim=8,
@@ -212,3 +212,52 @@ def test_long_audio_is_cut_at_quiet_points():
     for _, cut in spans[:-1]:
         assert wave[cut - 50 : cut + 50].abs().max() < 1e-6  # inside a pause
     assert split_at_quiet_points(wave[: 4 * rate], rate, max_seconds=5.0) == [(0, 4 * rate)]
+
+
+def _phrases(rate: int, gaps: list[float], seconds: float = 1.0, lead: float = 0.0) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """Tone bursts ("phrases") of ``seconds`` separated by silences of ``gaps`` seconds, after ``lead`` s of silence."""
+    tone = torch.sin(torch.arange(int(seconds * rate)) * 0.5)
+    parts, phrases, position = [torch.zeros(int(lead * rate))], [], int(lead * rate)
+    for gap in [*gaps, None]:
+        parts.append(tone)
+        phrases.append((position, position + tone.numel()))
+        position += tone.numel()
+        if gap is not None:
+            parts.append(torch.zeros(int(gap * rate)))
+            position += int(gap * rate)
+    return torch.cat(parts), phrases
+
+
+def test_long_audio_is_cut_at_every_pause_and_each_chunk_trimmed_to_its_speech():
+    rate = 1000
+    wave, phrases = _phrases(rate, gaps=[0.3, 0.05, 0.4, 0.2], lead=0.5)
+    spans = split_at_pauses(wave, rate, max_seconds=3.0)
+    # Cut at the 0.3, 0.4 and 0.2 s pauses, not at the 50 ms one (inside a phrase); each chunk runs
+    # from its first tone's first sample to its last tone's last, to the 10 ms frame.
+    expected = [phrases[0], (phrases[1][0], phrases[2][1]), phrases[3], phrases[4]]
+    assert len(spans) == len(expected)
+    for (start, end), (first, last) in zip(spans, expected):
+        assert abs(start - first) <= 10 and abs(end - last) <= 10
+
+
+def test_audio_no_longer_than_a_chunk_stays_whole_but_loses_long_silent_edges():
+    rate = 1000
+    wave, [(first, last)] = _phrases(rate, gaps=[], lead=0.5)
+    padded = torch.cat([wave, torch.zeros(700)])
+    [(start, end)] = split_at_pauses(padded, rate, max_seconds=3.0)
+    assert abs(start - first) <= 10 and abs(end - last) <= 10
+    # Quiet edges under 50 ms are part of the speech's onset and decay: left as they are.
+    tight = torch.cat([torch.zeros(30), wave[first:last], torch.zeros(20)])
+    assert split_at_pauses(tight, rate, max_seconds=3.0) == [(0, tight.numel())]
+
+
+def test_long_audio_without_pauses_is_still_cut_to_the_longest_chunk():
+    rate = 1000
+    wave = torch.sin(torch.arange(10 * rate) * 0.5) * torch.linspace(0.2, 1.0, 10 * rate)  # no pause at all
+    spans = split_at_pauses(wave, rate, max_seconds=3.0)
+    assert spans[0][0] == 0 and spans[-1][1] == wave.numel()
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and all(end - start <= 3 * rate for start, end in spans)
+
+
+def test_silence_is_one_untrimmed_chunk():
+    assert split_at_pauses(torch.zeros(2000), 1000, max_seconds=3.0) == [(0, 2000)]
