@@ -13,6 +13,10 @@ pytestmark = pytest.mark.gpu
 
 # bf16 keeps 8 bits of mantissa: a relative error of ~1e-2 per op is expected.
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
+# Unscaled dot-product scores of 64-d vectors reach +-30 here, and bf16 rounds a score of 20 by up
+# to 0.08, which the softmax turns into weights ~8% off: measured under CPU autocast over 20 seeds,
+# the context is off by up to 0.075 (0.010 for additive, location and scaled dot).
+UNSCALED_BF16_TOLERANCE = dict(rtol=0.15, atol=0.15)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +37,9 @@ def test_attention_step_matches_cpu(cuda, kind, dtype):
     gpu = attention.to(cuda)
     with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
         context, weights = gpu(query.to(cuda), gpu.precompute(keys.to(cuda), mask=mask.to(cuda)), prev.to(cuda))
-    torch.testing.assert_close(context.float().cpu(), expected_context, **TOLERANCE[dtype])
-    torch.testing.assert_close(weights.float().cpu(), expected_weights, **TOLERANCE[dtype])
+    tolerance = UNSCALED_BF16_TOLERANCE if kind in ("dot", "general") and dtype == torch.bfloat16 else TOLERANCE[dtype]
+    torch.testing.assert_close(context.float().cpu(), expected_context, **tolerance)
+    torch.testing.assert_close(weights.float().cpu(), expected_weights, **tolerance)
     assert (weights[~mask.to(cuda)] == 0).all()
 
 
