@@ -129,14 +129,15 @@ def test_recognizer_test_metrics_on_two_ranks_equal_one_process(recognizer_ddp, 
 
 @pytest.fixture(scope="module")
 def captioner_ddp(tmp_path_factory) -> dict:
-    """A 3-step fit on 2 ranks; 5 test images, so the 2 ranks' shards are padded with a repeat."""
+    """A 200-step fit on 2 ranks (enough for captions that differ between images); 5 test images,
+    so the 2 ranks' shards are padded with a repeat."""
     root = tmp_path_factory.mktemp("caption_ddp")
     shapes = root / "shapes"
     prepare_shapes(shapes, train=24, val=3, test=5, seed=1, image_size=32, max_objects=2, progress=False)
     run = root / "run"
     config = _write(root / "ddp.yaml", {
         "seed_everything": 0,
-        "trainer": {**DDP, "max_steps": 3, "num_sanity_val_steps": 0, "enable_progress_bar": False,
+        "trainer": {**DDP, "max_steps": 200, "num_sanity_val_steps": 0, "enable_progress_bar": False,
                     "enable_model_summary": False, "default_root_dir": str(run)},
         "model": {
             "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
@@ -152,7 +153,7 @@ def captioner_ddp(tmp_path_factory) -> dict:
 
 def test_captioner_trains_on_two_ranks(captioner_ddp):
     checkpoint = torch.load(captioner_ddp["ckpt"], map_location="cpu", weights_only=True)
-    assert checkpoint["global_step"] == 3
+    assert checkpoint["global_step"] == 200
 
 
 def test_captioner_test_metrics_on_two_ranks_equal_one_process(captioner_ddp, tmp_path):
@@ -166,3 +167,6 @@ def test_captioner_test_metrics_on_two_ranks_equal_one_process(captioner_ddp, tm
     for name, value in one.items():  # None: a metric not computed (METEOR without Java)
         assert two[name] == (value if value is None else pytest.approx(value, rel=1e-9)), name
     assert (tmp_path / "two" / "test_captions.jsonl").read_text() == (tmp_path / "one" / "test_captions.jsonl").read_text()
+    # The comparison can catch a caption paired with the wrong image only if the captions differ.
+    captions = [json.loads(line)["caption"] for line in (tmp_path / "one" / "test_captions.jsonl").read_text().splitlines()]
+    assert len(set(captions)) > 1, f"the 200-step model wrote one caption for every test image: {captions[0]!r}"
