@@ -299,6 +299,25 @@ def test_recognizer_sigterm_saves_the_step_reached_and_exits_143(tiny_synth, tmp
     assert _global_step(run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt") == 4
 
 
+def test_recognizer_sigterm_under_ddp_stops_every_rank_with_143_and_saves_the_step_reached(tiny_synth, tmp_path):
+    # What a scheduler does to a 2-process job: SIGTERM to the launching process (rank zero),
+    # which Lightning passes on to the other rank. Both ranks stall before step 4 until it arrives.
+    run = tmp_path / "run"
+    config = _write_config(tmp_path / "a.yaml", _speech_config(tiny_synth, run, 20, devices=2, strategy="ddp"), stall_at=3)
+    child = _start("speech_attend", ["fit", "--config", str(config)], tmp_path / "a.log")
+    try:
+        _wait_for((run / "stalled").is_file, child, tmp_path / "a.log")
+        child.send_signal(signal.SIGTERM)
+        child.wait(TIMEOUT)  # a rank left waiting in a collective would hang here and fail the test
+    finally:
+        child.kill()
+    log = (tmp_path / "a.log").read_text()
+    assert child.returncode == SIGTERM_EXIT_CODE, log[-3000:]
+    checkpoints = list(run.rglob("last.ckpt"))
+    assert len(checkpoints) == 1 and _global_step(checkpoints[0]) == 4, log[-3000:]
+    assert "SIGTERM: saved" in log
+
+
 # ---------------------------------------------------------------- atomic writes
 
 _WRITER = """
