@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch.distributed as dist
 from pytorch_lightning.cli import LightningCLI
 
 from .checkpoint import CheckpointError, safe_torch_load
@@ -65,8 +66,6 @@ def _end_distributed() -> None:
     worker threads are destroyed while still running, and the process aborts ("terminate called
     without an active exception", exit -6) after its work is done: 4 of 22 two-rank `test` runs did
     before this, 0 of 24 since."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
