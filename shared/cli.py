@@ -102,8 +102,10 @@ def run_app(
             return int(commands[command](rest) or 0)
         _check_config_files(rest)
         logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_no_lightning_adverts)
-        lightning([command, *rest])
-        _end_distributed()
+        try:
+            lightning([command, *rest])
+        finally:  # also after SIGTERM's exit 143 and after errors
+            _end_distributed()
         return 0
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
