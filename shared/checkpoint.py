@@ -30,6 +30,25 @@ class CheckpointError(ValueError):
     """A checkpoint or exported folder that cannot be (safely) loaded."""
 
 
+# What torch.save writes: a zip archive, or (legacy format) a pickle starting with its PROTO opcode.
+_CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
+# Files people pass as --ckpt by mistake, named in the error instead of an unpickler's complaint.
+_KNOWN_STARTS = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"RIFF": "a RIFF (WAV) file",
+                 b"fLaC": "a FLAC file", b"OggS": "an Ogg file", b"ID3": "an MP3 file", b"{": "JSON text"}
+
+
+def _not_a_checkpoint(path: Path) -> str | None:
+    """Why ``path`` cannot be a torch.save file, judged by its first bytes, or ``None`` if it may be."""
+    with path.open("rb") as f:
+        head = f.read(8)
+    if head.startswith(_CHECKPOINT_STARTS):
+        return None
+    kind = next((name for start, name in _KNOWN_STARTS.items() if head.startswith(start)), None)
+    if kind is None:
+        kind = "text" if all(32 <= b < 127 or b in b"\t\r\n" for b in head) else f"bytes {head[:4]!r}"
+    return f"not a PyTorch checkpoint: torch.save writes a zip archive, and this file starts like {kind}"
+
+
 def safe_torch_load(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """``torch.load`` that refuses pickled code, with errors that name the file.
 
@@ -42,6 +61,9 @@ def safe_torch_load(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path}: checkpoint not found")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: checkpoint is empty")
+    reason = _not_a_checkpoint(path)
+    if reason is not None:  # the unpickler would call a PNG "objects other than tensors"
+        raise CheckpointError(f"{path}: {reason}")
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:

@@ -53,6 +53,27 @@ def test_empty_or_corrupt_checkpoint_gives_an_error_naming_the_file(tmp_path, co
         safe_torch_load(tmp_path / "missing.ckpt")
 
 
+@pytest.mark.parametrize("content, kind", [
+    (b"\x89PNG\r\n\x1a\n" + bytes(100), "a PNG image"),
+    (b"fLaC" + bytes(100), "a FLAC file"),
+    (b"a text file, not a checkpoint\n", "text"),
+])
+def test_a_file_of_another_kind_is_named_as_such_not_called_unsafe(tmp_path, content, kind):
+    path = tmp_path / "model.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=rf"model.ckpt: not a PyTorch checkpoint: .* starts like {kind}$"):
+        safe_torch_load(path)
+
+
+def test_a_truncated_checkpoint_is_not_readable(tmp_path):
+    whole = tmp_path / "whole.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}}, whole)
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(whole.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match="cut.ckpt: not a readable PyTorch checkpoint"):
+        safe_torch_load(cut)
+
+
 def test_incomplete_export_folder_is_reported(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(CheckpointError, match="model.safetensors"):
