@@ -50,6 +50,8 @@ class CaptionResult:
 def load_captioner(path: str | Path, device: str | torch.device = "cpu") -> Captioner:
     """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder."""
     state_dict, config = load_model_files(path)  # CheckpointError names the file
+    if "las" in config and "decoder" not in config:
+        raise CheckpointError(f"{path}: a speech-attend (recognizer) model; caption needs a show-attend model")
     accepted = set(inspect.signature(Captioner.__init__).parameters) - {"self"}
     config = {k: v for k, v in config.items() if k in accepted}
     if not config.get("vocabulary"):

@@ -55,6 +55,8 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
         CheckpointError: unreadable, unsafe, or not a speech-attend model.
     """
     state_dict, config = load_model_files(path)  # CheckpointError names the file
+    if "decoder" in config and "las" not in config:
+        raise CheckpointError(f"{path}: a show-attend (captioner) model; transcribe needs a speech-attend model")
     try:
         model, vocabulary, decoding = build_model(config)
     except (TypeError, ValueError, KeyError) as err:

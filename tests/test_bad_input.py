@@ -318,6 +318,14 @@ def test_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+def test_the_other_apps_checkpoint_is_named_as_such(caption_run, speech_run, tmp_path, capsys):
+    captioner = caption_run["run"] / "checkpoints" / "last.ckpt"
+    assert speech_attend(["transcribe", "--ckpt", str(captioner), str(tmp_path / "input.wav")]) == 2
+    assert "a show-attend (captioner) model; transcribe needs a speech-attend model" in _one_line_error(capsys.readouterr().err, "speech-attend")
+    assert show_attend(["caption", "--ckpt", str(speech_run["ckpt"]), str(tmp_path / "input.png")]) == 2
+    assert "a speech-attend (recognizer) model; caption needs a show-attend model" in _one_line_error(capsys.readouterr().err, "show-attend")
+
+
 @pytest.mark.parametrize("prog, args, expected", [
     ("show-attend", ["shapes", "--train", "-1"], "non-negative"),
     ("show-attend", ["shapes", "--train", "0", "--val", "0", "--test", "0"], "nothing to generate"),
