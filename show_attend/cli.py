@@ -129,6 +129,8 @@ def _caption(args: list[str]) -> int:
     options = parser.parse_args(args)
     if options.beam_size is not None and options.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
+    if options.max_length is not None and options.max_length < 1:
+        raise ValueError(f"--max-length must be >= 1, got {options.max_length}")
     from .caption import caption_files, load_captioner, save_overlay
 
     model = load_captioner(options.ckpt, options.device)

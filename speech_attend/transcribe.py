@@ -244,6 +244,8 @@ class Transcriber:
             if beam_size < 1:
                 raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
             self.decoding = DecodeConfig(**{**self.decoding.__dict__, "beam_size": beam_size})
+        if max_chunk_seconds is not None and max_chunk_seconds <= 0:
+            raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
         saved = self.decoding.max_chunk_seconds
         self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
         self.device = device

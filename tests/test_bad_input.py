@@ -318,6 +318,20 @@ def test_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("prog, option, value", [
+    ("show-attend", "--beam-size", "0"), ("show-attend", "--max-length", "0"),
+    ("speech-attend", "--beam-size", "0"), ("speech-attend", "--max-chunk-seconds", "0"),
+    ("speech-attend", "--max-chunk-seconds", "-3"),
+])
+def test_an_out_of_range_option_is_a_one_line_error_naming_it(caption_run, speech_run, tmp_path, capsys, prog, option, value):
+    if prog == "show-attend":
+        code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), option, value, "x.png"])
+    else:
+        code = speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), option, value, "x.wav"])
+    assert code == 2
+    assert f"{option} must be" in _one_line_error(capsys.readouterr().err, prog)
+
+
 def test_the_other_apps_checkpoint_is_named_as_such(caption_run, speech_run, tmp_path, capsys):
     captioner = caption_run["run"] / "checkpoints" / "last.ckpt"
     assert speech_attend(["transcribe", "--ckpt", str(captioner), str(tmp_path / "input.wav")]) == 2
