@@ -20,7 +20,7 @@ from pytorch_lightning.cli import LightningCLI
 
 from .checkpoint import CheckpointError, safe_torch_load
 
-__all__ = ["run_app", "LIGHTNING_COMMANDS", "SafeCheckpointCLI"]
+__all__ = ["run_app", "LIGHTNING_COMMANDS", "SafeCheckpointCLI", "expand_folders"]
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
@@ -59,6 +59,27 @@ def _check_config_files(args: list[str]) -> None:
 def _no_lightning_adverts(record: logging.LogRecord) -> bool:
     # Lightning 2.6 prints a tip for its cloud logger on every fit; not a message for our users.
     return "litlogger" not in record.getMessage()
+
+
+def expand_folders(paths: Sequence[str], suffixes: Sequence[str], kind: str) -> tuple[list[str], list[str]]:
+    """Input paths with every folder replaced by the files under it whose suffix is in ``suffixes``
+    (any case, sorted, at any depth), and one error message per folder holding none.
+
+    Args:
+        paths (list of str): files and folders, as given on the command line.
+        suffixes (list of str): e.g. ``(".wav", ".flac")``.
+        kind (str): what the files are, for the message (``"image"``, ``"audio"``).
+    """
+    files, errors = [], []
+    for path in paths:
+        if not Path(path).is_dir():
+            files.append(path)
+            continue
+        found = sorted(str(p) for p in Path(path).rglob("*") if p.suffix.lower() in suffixes and p.is_file())
+        files.extend(found)
+        if not found:
+            errors.append(f"{path}: a folder with no {kind} files ({', '.join(suffixes)})")
+    return files, errors
 
 
 def _end_distributed() -> None:

@@ -27,7 +27,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser
 
-from shared.cli import SafeCheckpointCLI, run_app
+from shared.cli import SafeCheckpointCLI, expand_folders, run_app
 from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
 from shared.robust import SkipBadSamples, StopOnNonFinite
 
@@ -117,9 +117,12 @@ def _prepare(args: list[str]) -> int:
     return 0
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")  # what a folder argument yields
+
+
 def _caption(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} caption", description="Caption images with a trained model.")
-    parser.add_argument("images", nargs="+", help="image files (any format and size Pillow reads)")
+    parser.add_argument("images", nargs="+", help="image files (any format and size Pillow reads), or folders of them")
     parser.add_argument("--ckpt", required=True, help="a .ckpt file or a folder written by `export`")
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 5 unless trained otherwise)")
     parser.add_argument("--max-length", type=int, default=None, help="most words per caption (default: the model's)")
@@ -134,9 +137,12 @@ def _caption(args: list[str]) -> int:
     from .caption import caption_files, load_captioner, save_overlay
 
     model = load_captioner(options.ckpt, options.device)
+    images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
+    for error in errors:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
     used: set[str] = set()
-    status = 0
-    for result in caption_files(model, options.images, options.beam_size, options.max_length):
+    status = 2 if errors else 0
+    for result in caption_files(model, images, options.beam_size, options.max_length):
         if isinstance(result, Exception):  # one bad file does not stop the others
             print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
             status = 2

@@ -25,7 +25,7 @@ from pytorch_lightning import Callback, Trainer
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_info
 
-from shared.cli import SafeCheckpointCLI, run_app
+from shared.cli import SafeCheckpointCLI, expand_folders, run_app
 from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
 from shared.robust import SkipBadSamples, StopOnNonFinite
 
@@ -124,9 +124,12 @@ def _prepare(argv: list[str]) -> int:
     return 0
 
 
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")  # what a folder argument yields
+
+
 def _transcribe(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} transcribe", description="Transcribe audio files.")
-    parser.add_argument("audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo)")
+    parser.add_argument("audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo), or folders of them")
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 8)")
     parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
@@ -138,8 +141,11 @@ def _transcribe(argv: list[str]) -> int:
     from .transcribe import Transcriber
 
     transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
-    status = 0
-    for audio in args.audio:
+    files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
+    for error in errors:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+    status = 2 if errors else 0
+    for audio in files:
         try:
             result = transcriber.transcribe(audio)
         except (AudioError, ValueError) as err:  # one bad file does not stop the others

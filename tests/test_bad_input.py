@@ -332,6 +332,36 @@ def test_an_out_of_range_option_is_a_one_line_error_naming_it(caption_run, speec
     assert f"{option} must be" in _one_line_error(capsys.readouterr().err, prog)
 
 
+def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(caption_run, speech_run, tiny_shapes,
+                                                                            tiny_synth, tmp_path, capsys):
+    import shutil
+
+    images = sorted((tiny_shapes / "images").glob("*.png"))[:3]
+    folder = tmp_path / "photos"
+    (folder / "b").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    shutil.copy(images[0], folder / "b" / "z.png")
+    shutil.copy(images[1], folder / "a.PNG")
+    (folder / "notes.txt").write_text("not an image")
+    capsys.readouterr()
+    code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), "--json",
+                        str(folder), str(tmp_path / "empty"), str(images[2])])
+    out, err = capsys.readouterr()
+    assert code == 2  # the folder without images
+    assert [json.loads(line)["image"] for line in out.splitlines()] == [str(folder / "a.PNG"), str(folder / "b" / "z.png"), str(images[2])]
+    assert f"{tmp_path / 'empty'}: a folder with no image files" in _one_line_error(err, "show-attend")
+
+    audio = tmp_path / "recordings"
+    audio.mkdir()
+    for path in sorted((tiny_synth / "test").rglob("*.flac"))[:2]:
+        shutil.copy(path, audio / path.name)
+    code = speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), "--json", str(audio), str(tmp_path / "empty")])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert [json.loads(line)["audio"] for line in out.splitlines()] == sorted(str(p) for p in audio.glob("*.flac"))
+    assert f"{tmp_path / 'empty'}: a folder with no audio files" in _one_line_error(err, "speech-attend")
+
+
 def test_the_other_apps_checkpoint_is_named_as_such(caption_run, speech_run, tmp_path, capsys):
     captioner = caption_run["run"] / "checkpoints" / "last.ckpt"
     assert speech_attend(["transcribe", "--ckpt", str(captioner), str(tmp_path / "input.wav")]) == 2
