@@ -61,6 +61,15 @@ def _no_lightning_adverts(record: logging.LogRecord) -> bool:
     return "litlogger" not in record.getMessage()
 
 
+def _one_line(err: BaseException) -> str:
+    """The first line of an error; an OS error as ``path: what`` ("/x/out: file exists"), not
+    Python's ``[Errno 17] File exists: '/x/out'``."""
+    if isinstance(err, OSError) and err.filename and err.strerror:
+        return f"{err.filename}: {err.strerror[0].lower()}{err.strerror[1:]}"
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def expand_folders(paths: Sequence[str], suffixes: Sequence[str], kind: str) -> tuple[list[str], list[str]]:
     """Input paths with every folder replaced by the files under it whose suffix is in ``suffixes``
     (any case, sorted, at any depth), and one error message per folder holding none.
@@ -134,6 +143,5 @@ def run_app(
     except (ValueError, OSError, RuntimeError) as err:
         if debug:
             traceback.print_exc()
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return 2

@@ -362,6 +362,13 @@ def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(ca
     assert f"{tmp_path / 'empty'}: a folder with no audio files" in _one_line_error(err, "speech-attend")
 
 
+def test_an_os_error_reads_path_then_reason(caption_run, tmp_path, capsys):
+    taken = tmp_path / "out"
+    taken.write_text("a file where the export folder should go")
+    assert show_attend(["export", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), "--out", str(taken)]) == 2
+    assert _one_line_error(capsys.readouterr().err, "show-attend") == f"show-attend: error: {taken}: file exists"
+
+
 def test_the_other_apps_checkpoint_is_named_as_such(caption_run, speech_run, tmp_path, capsys):
     captioner = caption_run["run"] / "checkpoints" / "last.ckpt"
     assert speech_attend(["transcribe", "--ckpt", str(captioner), str(tmp_path / "input.wav")]) == 2
