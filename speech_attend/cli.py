@@ -134,7 +134,7 @@ def _transcribe(argv: list[str]) -> int:
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 8)")
     parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
-                        help="split longer audio at quiet points (default: the longest training utterance)")
+                        help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: audio, text, duration_s, chunks")
     args = parser.parse_args(argv)
     from .audio import AudioError
