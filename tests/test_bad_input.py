@@ -16,6 +16,7 @@ import io
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -334,8 +335,6 @@ def test_an_out_of_range_option_is_a_one_line_error_naming_it(caption_run, speec
 
 def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(caption_run, speech_run, tiny_shapes,
                                                                             tiny_synth, tmp_path, capsys):
-    import shutil
-
     images = sorted((tiny_shapes / "images").glob("*.png"))[:3]
     folder = tmp_path / "photos"
     (folder / "b").mkdir(parents=True)
@@ -702,6 +701,18 @@ def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_ru
     used = result.alignment.abs().sum(0).nonzero().squeeze(1)
     assert used.numel() and int(used[0]) >= round(0.95 * frames_per_second)  # attention starts where the speech does
     assert result.alignment.size(1) >= round((1 + len(speech) / rate) * frames_per_second) - 1
+
+
+def test_long_audio_check_joins_each_voice_and_reports_both_error_rates(speech_run, tiny_synth, capsys):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import long_audio_check
+
+    assert long_audio_check.main(["--ckpt", str(speech_run["ckpt"]), "--data", str(tiny_synth)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    voices = {p.parent.parent.name for p in (tiny_synth / "test").rglob("*.flac")}
+    assert out[0].startswith(f"{len(voices)} long files")
+    assert re.fullmatch(r"  long files +WER \d\.\d{4}  CER \d\.\d{4}", out[1])
+    assert re.fullmatch(r"  one file each +WER \d\.\d{4}  CER \d\.\d{4}  \(2 utterances\)", out[2])
 
 
 @pytest.mark.slow
