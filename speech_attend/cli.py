@@ -137,7 +137,6 @@ def _transcribe(argv: list[str]) -> int:
                         help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: audio, text, duration_s, chunks")
     args = parser.parse_args(argv)
-    from .audio import AudioError
     from .transcribe import Transcriber
 
     transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
@@ -145,11 +144,9 @@ def _transcribe(argv: list[str]) -> int:
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     status = 2 if errors else 0
-    for audio in files:
-        try:
-            result = transcriber.transcribe(audio)
-        except (AudioError, ValueError) as err:  # one bad file does not stop the others
-            print(f"{PROG}: error: {str(err).splitlines()[0]}", file=sys.stderr)
+    for result in transcriber.transcribe_many(files):  # the chunks of several files decode together
+        if isinstance(result, ValueError):  # one bad file (AudioError included) does not stop the others
+            print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
             status = 2
             continue
         if args.alignment_dir:

@@ -31,15 +31,19 @@ __all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError", "native_cpu
 
 @contextmanager
 def native_cpu_kernels():
-    """Run without oneDNN: it compiles a new LSTM/convolution kernel for every new sequence
-    length, which costs seconds per batch when lengths vary (measured on 2 cores: 5.3 s
-    against 0.08 s per LSTM step). CPU-only; GPUs are unaffected."""
-    enabled = torch.backends.mkldnn.enabled
+    """Run without oneDNN and NNPACK. oneDNN compiles a new LSTM/convolution kernel for every new
+    sequence length, which costs seconds per batch when lengths vary (measured on 2 cores: 5.3 s
+    against 0.08 s per LSTM step). NNPACK, which PyTorch picks for a convolution over 16 rows or
+    more with a kernel under 17, runs the location filter of a batched beam search ~20x slower
+    than the native kernel (a demo speller step over 128 beams: 12 ms against 3 ms). CPU-only;
+    GPUs are unaffected."""
+    mkldnn = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False
     try:
-        yield
+        with torch.backends.nnpack.flags(enabled=False):
+            yield
     finally:
-        torch.backends.mkldnn.enabled = enabled
+        torch.backends.mkldnn.enabled = mkldnn
 
 
 class AudioTooShortError(ValueError):

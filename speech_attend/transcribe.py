@@ -11,6 +11,7 @@ utterances that start and end with speech invents words for silence at their edg
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +228,19 @@ class Transcript:
         return {"audio": self.audio, "text": self.text, "duration_s": round(self.duration_s, 3), "chunks": self.chunks}
 
 
+@dataclass
+class _File:
+    """A file read and cut into chunks, waiting for its chunks to be decoded."""
+
+    path: str
+    wave: torch.Tensor  # (N,)
+    spans: list[tuple[int, int]]  # chunks, sample ranges
+    silent: set[int]  # chunks left empty, not decoded
+
+    def chunk_samples(self, i: int) -> int:
+        return self.spans[i][1] - self.spans[i][0]
+
+
 class Transcriber:
     """Loads a model once and transcribes files with it.
 
@@ -254,9 +268,43 @@ class Transcriber:
     def sample_rate(self) -> int:
         return self.model.frontend.config.sample_rate
 
-    @torch.no_grad()
     def transcribe(self, audio_path: str | os.PathLike) -> Transcript:
-        """Transcribe one file (WAV, FLAC, OGG or MP3, any rate and channel count)."""
+        """Transcribe one file (WAV, FLAC, OGG or MP3, any rate and channel count).
+
+        Raises:
+            ValueError: the file cannot be read as audio (:class:`AudioError`) or is too short.
+        """
+        [result] = self.transcribe_many([audio_path])
+        if isinstance(result, ValueError):
+            raise result
+        return result
+
+    @torch.no_grad()
+    def transcribe_many(self, audio_paths: Iterable[str | os.PathLike]) -> Iterator[Transcript | ValueError]:
+        """Transcribe files in order, decoding the chunks of consecutive files together.
+
+        Files are read until they hold ``_CHUNKS_PER_BATCH`` chunks with sound; those are decoded
+        in batches of similar length, and the files' transcripts come back in order. A folder of
+        short recordings thus decodes as batches rather than one file at a time. A file that
+        cannot be read, or is too short, comes back as its error, in its place.
+        """
+        group: list[_File | ValueError] = []
+        spoken = 0
+        for path in audio_paths:
+            try:
+                file = self._prepare(path)
+            except ValueError as err:  # AudioError included
+                group.append(err)
+                continue
+            group.append(file)
+            spoken += len(file.spans) - len(file.silent)
+            if spoken >= _CHUNKS_PER_BATCH:
+                yield from self._decode_group(group)
+                group, spoken = [], 0
+        yield from self._decode_group(group)
+
+    def _prepare(self, audio_path: str | os.PathLike) -> _File:
+        """Read a file and cut it into chunks; which chunks are silent."""
         wave = load_audio(audio_path, self.sample_rate)  # (N,)
         if wave.numel() < self.model.min_samples():
             raise ValueError(
@@ -265,30 +313,46 @@ class Transcriber:
             )
         spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds)
         spans = _at_least(spans, self.model.min_samples(), wave.numel())
-        # Silent chunks keep an empty hypothesis (and blank alignment columns) and are not decoded.
-        frame_samples = self.sample_rate * self.model.frame_seconds
-        results: dict[int, tuple[Hypothesis, int]] = {
-            i: (Hypothesis([], 0.0, 0.0, True, None), max(1, round((b - a) / frame_samples)))
-            for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate)
-        }
-        spoken = [i for i in range(len(spans)) if i not in results]
-        for first in range(0, len(spoken), _CHUNKS_PER_BATCH):  # chunks decode together, a batch at a time
-            indices = spoken[first : first + _CHUNKS_PER_BATCH]
-            pieces = [wave[slice(*spans[i])] for i in indices]
+        silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate)}
+        return _File(str(audio_path), wave, spans, silent)
+
+    def _decode_group(self, group: list[_File | ValueError]) -> Iterator[Transcript | ValueError]:
+        """Decode the spoken chunks of the group's files in batches, then assemble each file's transcript."""
+        files = [(f, file) for f, file in enumerate(group) if isinstance(file, _File)]
+        chunks = [(f, i) for f, file in files for i in range(len(file.spans)) if i not in file.silent]
+        chunks.sort(key=lambda key: -group[key[0]].chunk_samples(key[1]))  # longest first: batches of similar lengths
+        decoded: dict[tuple[int, int], tuple[Hypothesis, int]] = {}
+        for first in range(0, len(chunks), _CHUNKS_PER_BATCH):
+            keys = chunks[first : first + _CHUNKS_PER_BATCH]
+            pieces = [group[f].wave[slice(*group[f].spans[i])] for f, i in keys]
             lengths = torch.tensor([len(p) for p in pieces])
             batch = torch.zeros(len(pieces), int(lengths.max()))
-            for i, piece in enumerate(pieces):
-                batch[i, : len(piece)] = piece
+            for row, piece in enumerate(pieces):
+                batch[row, : len(piece)] = piece
             found, frames = self.model.decode(
                 batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
             )
-            results.update({i: (hyp, int(n)) for i, hyp, n in zip(indices, found, frames.tolist())})
-        hyps = [results[i][0] for i in range(len(spans))]
-        encoder_lengths = [results[i][1] for i in range(len(spans))]
+            decoded.update({key: (hyp, int(n)) for key, hyp, n in zip(keys, found, frames.tolist())})
+        for f, file in enumerate(group):
+            if isinstance(file, _File):
+                yield self._assemble(file, {i: result for (g, i), result in decoded.items() if g == f})
+            else:
+                yield file
+
+    def _assemble(self, file: _File, decoded: dict[int, tuple[Hypothesis, int]]) -> Transcript:
+        """One file's transcript and alignment from its decoded chunks; silent chunks are empty."""
+        frame_samples = self.sample_rate * self.model.frame_seconds
+        empty = Hypothesis([], 0.0, 0.0, True, None)
+        results = [
+            (empty, max(1, round((b - a) / frame_samples))) if i in file.silent else decoded[i]
+            for i, (a, b) in enumerate(file.spans)
+        ]
+        hyps = [hyp for hyp, _ in results]
         texts = ["".join(self.vocabulary.decode(h.tokens)) for h in hyps]
-        offsets = [round(start / frame_samples) for start, _ in spans]  # each chunk where it starts in the audio
-        alignment, labels = _join_alignments(hyps, encoder_lengths, offsets, self.vocabulary)
-        return Transcript(str(audio_path), " ".join(t for t in texts if t), wave.numel() / self.sample_rate, len(spans), alignment, labels)
+        offsets = [round(start / frame_samples) for start, _ in file.spans]  # each chunk where it starts in the audio
+        alignment, labels = _join_alignments(hyps, [frames for _, frames in results], offsets, self.vocabulary)
+        duration = file.wave.numel() / self.sample_rate
+        return Transcript(file.path, " ".join(t for t in texts if t), duration, len(file.spans), alignment, labels)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
         """Write ``<out_dir>/<audio file stem>.png``: characters against time."""

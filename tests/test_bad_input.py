@@ -703,6 +703,25 @@ def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_ru
     assert result.alignment.size(1) >= round((1 + len(speech) / rate) * frames_per_second) - 1
 
 
+def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their_place(speech_run, tiny_synth, tmp_path):
+    from speech_attend.transcribe import Transcriber
+
+    good = sorted(str(p) for p in tiny_synth.rglob("*.flac"))[:5]
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    paths = [good[0], good[1], str(bad), *good[2:]]
+    transcriber = Transcriber(speech_run["ckpt"])
+    alone = {path: transcriber.transcribe(path).text for path in good}
+    calls, decode = [], transcriber.model.decode
+    transcriber.model.decode = lambda waves, *args: calls.append(waves.size(0)) or decode(waves, *args)
+    together = list(transcriber.transcribe_many(paths))
+    assert len(calls) == 1 and calls[0] >= 5  # the five files' chunks in one batch
+    assert [type(r).__name__ for r in together] == ["Transcript", "Transcript", "AudioError", "Transcript", "Transcript", "Transcript"]
+    assert str(bad) in str(together[2])
+    assert [r.text for r in together if not isinstance(r, ValueError)] == [alone[path] for path in good]
+    assert [r.audio for r in together if not isinstance(r, ValueError)] == good
+
+
 def test_long_audio_check_joins_each_voice_and_reports_both_error_rates(speech_run, tiny_synth, capsys):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import long_audio_check
