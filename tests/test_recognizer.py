@@ -48,6 +48,28 @@ def test_listener_output_ignores_padding():
     torch.testing.assert_close(padded[:, : int(n)], alone[:, : int(n)])
 
 
+def test_native_cpu_kernels_keep_the_location_filter_off_nnpack():
+    # PyTorch picks NNPACK for a convolution over 16+ rows with a kernel under 17, and it ran the
+    # batched beam search's location filter ~20x slower than the native kernel.
+    from torch.profiler import profile
+
+    from speech_attend.model import native_cpu_kernels
+
+    conv, weights = torch.nn.Conv1d(1, 10, 15, padding=7, bias=False), torch.rand(32, 1, 100)
+
+    def kernels() -> set[str]:
+        with torch.no_grad(), profile() as prof:
+            conv(weights)
+        return {event.key for event in prof.key_averages()}
+
+    if torch.backends.nnpack.is_available():  # the control: turning oneDNN off alone sends it to NNPACK
+        with torch.backends.mkldnn.flags(enabled=False):
+            assert "aten::_nnpack_spatial_convolution" in kernels()
+    with native_cpu_kernels():
+        used = kernels()
+    assert "aten::_nnpack_spatial_convolution" not in used and "aten::mkldnn_convolution" not in used
+
+
 @pytest.mark.parametrize("grad", [True, False], ids=["training-padded", "decoding-packed"])
 def test_blstm_equals_a_packed_bidirectional_lstm(grad):
     torch.manual_seed(0)
