@@ -85,7 +85,7 @@ def _select(nest: Any, index: torch.Tensor) -> Any:
     return tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor) else x, nest)
 
 
-def _keep_rows(nest: Any, kept: list[int], in_place: bool) -> Any:
+def _keep_rows(nest: Any, kept: torch.Tensor, in_place: bool) -> Any:
     """Rows ``kept`` (ascending) of every tensor in a nest.
 
     With ``in_place``, each kept row moves down to the first free row and the result is a view
@@ -95,13 +95,14 @@ def _keep_rows(nest: Any, kept: list[int], in_place: bool) -> Any:
     ``kept[i] >= i``: a row is read before anything is written over it.
     """
     if not in_place:
-        return tree_map(lambda x: x.index_select(0, torch.tensor(kept, device=x.device)) if isinstance(x, torch.Tensor) else x, nest)
+        return _select(nest, kept)
+    sources = kept.tolist()
 
     def move(x: torch.Tensor) -> torch.Tensor:
-        for row, source in enumerate(kept):
+        for row, source in enumerate(sources):
             if row != source:
                 x[row].copy_(x[source])
-        return x[: len(kept)]
+        return x[: len(sources)]
 
     return tree_map(lambda x: move(x) if isinstance(x, torch.Tensor) else x, nest)
 
@@ -188,7 +189,7 @@ def beam_search(
             # The first compaction copies the caller's memory (never changed in place); later ones
             # reuse that copy, in place on CPU, where a fresh buffer costs more than the copy.
             if memory is not None:
-                memory = _keep_rows(memory, live, in_place=memory_is_ours and device.type == "cpu")
+                memory = _keep_rows(memory, kept, in_place=memory_is_ours and device.type == "cpu")
                 memory_is_ours = True
             scores, history = scores.index_select(0, kept), history.index_select(0, kept_rows)
             to_recorded = kept_rows

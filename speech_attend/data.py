@@ -16,7 +16,7 @@ import copy
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -159,11 +159,14 @@ def collate(items: list[tuple[torch.Tensor, str, str] | BadSample]) -> Batch:
     if not items:
         return Batch(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), [], [], skipped)
     waves, texts, keys = zip(*items)
-    lengths = torch.tensor([len(w) for w in waves], dtype=torch.long)
-    padded = torch.zeros(len(waves), int(lengths.max()))
-    for i, wave in enumerate(waves):
-        padded[i, : len(wave)] = wave
+    padded, lengths = pad_waves(waves)
     return Batch(padded, lengths, list(texts), list(keys), skipped)
+
+
+def pad_waves(waves: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Waveforms `(N_i,)` as one zero-padded batch `(B, max N_i)` and their lengths `(B,)`."""
+    lengths = torch.tensor([len(w) for w in waves], dtype=torch.long)
+    return torch.nn.utils.rnn.pad_sequence(list(waves), batch_first=True), lengths
 
 
 def _listed(characters: list[str]) -> str:

@@ -78,8 +78,10 @@ class _BLSTM(nn.Module):
     @staticmethod
     def _run(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``lstm`` over `(B, T, D)`: packed without gradients, padded with them (see the class)."""
-        cpu_lengths = lengths.cpu()
-        if torch.is_grad_enabled() or x.size(0) == 1 or int(cpu_lengths.min()) < 1:
+        if torch.is_grad_enabled() or x.size(0) == 1:
+            return lstm(x)[0]
+        cpu_lengths = lengths.cpu()  # what packing needs; read only when decoding
+        if int(cpu_lengths.min()) < 1:
             return lstm(x)[0]
         packed = pack_padded_sequence(x, cpu_lengths, batch_first=True, enforce_sorted=False)
         return pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=x.size(1))[0]

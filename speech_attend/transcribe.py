@@ -22,6 +22,7 @@ from shared import Hypothesis
 from shared.checkpoint import CheckpointError, load_model_files
 
 from .audio import load_audio
+from .data import pad_waves
 from .model import LAS, DecodeConfig
 from .module import build_model
 
@@ -324,11 +325,7 @@ class Transcriber:
         decoded: dict[tuple[int, int], tuple[Hypothesis, int]] = {}
         for first in range(0, len(chunks), _CHUNKS_PER_BATCH):
             keys = chunks[first : first + _CHUNKS_PER_BATCH]
-            pieces = [group[f].wave[slice(*group[f].spans[i])] for f, i in keys]
-            lengths = torch.tensor([len(p) for p in pieces])
-            batch = torch.zeros(len(pieces), int(lengths.max()))
-            for row, piece in enumerate(pieces):
-                batch[row, : len(piece)] = piece
+            batch, lengths = pad_waves([group[f].wave[slice(*group[f].spans[i])] for f, i in keys])
             found, frames = self.model.decode(
                 batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
             )
