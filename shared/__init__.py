@@ -2,8 +2,15 @@
 
 The four steps of attention live in four places: the query comes from the decoder, the
 score from :mod:`shared.scoring`, the normalisation from :func:`shared.masks.masked_softmax`,
-and the read from :mod:`shared.attention`. Beam search, vocabularies, metrics and plots sit
-beside them. This package imports neither app.
+and the read from :mod:`shared.attention`. Beside them: :mod:`shared.beam_search`,
+:mod:`shared.reinforce` (hard attention's training signal) and :mod:`shared.vocabulary`.
+
+The layers above the core, each importing only those below it::
+
+    shared (this core)  <-  shared.evaluation (metrics, plots)  <-  shared.training (Lightning plumbing)
+                        <-  show_attend, speech_attend (the apps)  <-  scripts/
+
+This package imports neither app, and its top level imports no Lightning.
 """
 
 from .attention import Attention, Memory, MultiHeadAttention, hard_read, soft_read
@@ -19,7 +26,7 @@ from .scoring import (
     Score,
     build_score,
 )
-from .vocab import Vocabulary
+from .vocabulary import Vocabulary
 
 __all__ = [
     "Attention", "Memory", "MultiHeadAttention", "hard_read", "soft_read",

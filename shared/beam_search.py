@@ -33,12 +33,12 @@ hypothesis is computed from:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_map
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search"]
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_normalized"]
 
 StepFn = Callable[..., tuple[torch.Tensor, Any, torch.Tensor | None]]
 
@@ -54,8 +54,7 @@ class Hypothesis:
     Attributes:
         tokens (list[int]): output tokens, without ``<sos>`` and ``<eos>``.
         score (float): sum of token log-probabilities (the ``<eos>`` included if finished).
-        normalized_score (float): ``score / (len + 1) ** length_penalty``; what hypotheses are
-            ranked by.
+        normalized_score (float): :func:`length_normalized` ``score``; what hypotheses are ranked by.
         finished (bool): whether the hypothesis ended with ``<eos>``.
         attention (torch.Tensor or None): `(len(tokens), L)`, the weights used for each token.
     """
@@ -67,8 +66,14 @@ class Hypothesis:
     attention: torch.Tensor | None = None
 
 
-def _normalize(score: float, length: int, length_penalty: float) -> float:
-    return score / (length**length_penalty) if length_penalty else score
+def length_normalized(score: float, length: int, length_penalty: float) -> float:
+    """``score / length ** length_penalty``, the score hypotheses are ranked by.
+
+    ``length`` counts the tokens scored (an ``<eos>`` included). A penalty of 0 ranks by the
+    total log-probability, which favours short outputs; 1 ranks by the mean per token. A
+    hypothesis of no tokens keeps its score.
+    """
+    return score / (length**length_penalty) if length_penalty and length else score
 
 
 def _per_sequence_limit(max_len: int | torch.Tensor, batch_size: int) -> list[int]:
@@ -91,7 +96,7 @@ def _keep_rows(nest: Any, kept: torch.Tensor, in_place: bool) -> Any:
     With ``in_place``, each kept row moves down to the first free row and the result is a view
     of the first ``len(kept)`` rows: no new memory. On CPU that matters more than the copy: the
     memory of a large batch is hundreds of MB, and first-touching a fresh buffer of that size
-    costs ~10x the copy itself (page faults). Moving down in ascending order is safe, as
+    costs more than the copy itself (page faults). Moving down in ascending order is safe, as
     ``kept[i] >= i``: a row is read before anything is written over it.
     """
     if not in_place:
@@ -105,6 +110,135 @@ def _keep_rows(nest: Any, kept: torch.Tensor, in_place: bool) -> Any:
         return x[: len(sources)]
 
     return tree_map(lambda x: move(x) if isinstance(x, torch.Tensor) else x, nest)
+
+
+class _Ended(NamedTuple):
+    """A hypothesis taken out of the search, and where its attention weights were recorded."""
+
+    hypothesis: Hypothesis
+    length: int  # tokens recorded for it
+    row: int  # the row of its last token in the weights recorded at step ``length - 1``
+
+
+class _BeamSearch:
+    """The state of one batched beam search: ``N = B' * K`` rows of live hypotheses (``B'``
+    sequences still in the batch), advanced a step at a time (see :func:`beam_search`).
+
+    Each step of the search is a named method: :meth:`retire` ends the sequences that reached
+    their length, :meth:`compact` drops done sequences from the batch, :meth:`expand` runs the
+    model and keeps the best candidates, :meth:`finish` returns every sequence's best hypotheses.
+    """
+
+    def __init__(self, step_fn: StepFn, state: Any, memory: Any, batch_size: int, beam_size: int, sos: int, eos: int,
+                 limits: list[int], length_penalty: float, keep_attention: bool):
+        self.step_fn, self.state, self.memory = step_fn, state, memory
+        self.K, self.eos, self.limits, self.length_penalty = beam_size, eos, limits, length_penalty
+        self.keep_attention = keep_attention
+        first = _first_tensor(state) if _first_tensor(state) is not None else _first_tensor(memory)
+        self.device = device = first.device if first is not None else torch.device("cpu")
+        self.active = list(range(batch_size))  # the original index of each sequence still in the batch
+        self.expanded = False  # whether state has K rows per sequence yet (one until the first step)
+        self.memory_is_ours = False  # whether memory is our copy (after a compaction) rather than the caller's
+        self.tokens = torch.full((batch_size,), sos, dtype=torch.long, device=device)
+        self.scores = torch.full((batch_size, beam_size), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams start distinct
+        self.history = torch.empty(batch_size * beam_size, 0, dtype=torch.long, device=device)
+        self.ended: list[list[_Ended]] = [[] for _ in range(batch_size)]
+        self.done = [False] * batch_size
+        self.beam_ids = torch.arange(beam_size, device=device)
+        # Attention weights stay where each step put them, with back-pointers, and are gathered for
+        # the returned hypotheses only: reordering a (N, t, L) history would cost O(t) every step.
+        self.step_weights: list[torch.Tensor] = []  # step s: (N_s, L), the weights behind token s of each row
+        self.parents: list[torch.Tensor] = []  # step s: (N_s,), the row of step s - 1 that each row extends
+        self.to_recorded: torch.Tensor | None = None  # rows now -> rows of the last recorded step, after a compaction
+
+    def _end(self, b: int, row: int, score: float, finished: bool) -> None:
+        """Take row ``row`` of the live hypotheses out of the search as one of sequence ``b``'s results."""
+        length = self.history.size(1)
+        normalized = length_normalized(score, length + int(finished), self.length_penalty)
+        hypothesis = Hypothesis(self.history[row].tolist(), score, normalized, finished)
+        recorded_row = row if self.to_recorded is None else int(self.to_recorded[row])
+        self.ended[b].append(_Ended(hypothesis, length, recorded_row))
+
+    def retire(self, step: int) -> bool:
+        """End the sequences that used up their length (with their best beam if nothing finished);
+        whether any sequence is still live."""
+        for i, b in enumerate(self.active):
+            if not self.done[b] and step >= self.limits[b]:
+                self.done[b] = True
+                if not self.ended[b]:
+                    self._end(b, i * self.K, float(self.scores[i, 0]), False)
+        return not all(self.done[b] for b in self.active)
+
+    def compact(self) -> None:
+        """Drop the done sequences' rows once they are a quarter of the batch."""
+        live = [i for i, b in enumerate(self.active) if not self.done[b]]
+        if len(self.active) - len(live) < _COMPACT_FRACTION * len(self.active):
+            return
+        kept = torch.tensor(live, device=self.device)
+        kept_rows = (kept[:, None] * self.K + self.beam_ids).view(-1)  # (B' * K,)
+        state_rows = kept_rows if self.expanded else kept
+        self.state, self.tokens = _select(self.state, state_rows), self.tokens.index_select(0, state_rows)
+        # The first compaction copies the caller's memory (never changed in place); later ones
+        # reuse that copy, in place on CPU, where a fresh buffer costs more than the copy.
+        if self.memory is not None:
+            in_place = self.memory_is_ours and self.device.type == "cpu"
+            self.memory, self.memory_is_ours = _keep_rows(self.memory, kept, in_place), True
+        self.scores, self.history = self.scores.index_select(0, kept), self.history.index_select(0, kept_rows)
+        self.to_recorded = kept_rows
+        self.active = [self.active[i] for i in live]
+
+    def expand(self) -> None:
+        """One model step for every live row; of each sequence's top ``2K`` candidates, those
+        ending in ``<eos>`` that rank within the first ``K`` end as finished hypotheses, and the
+        best ``K`` that do not end continue."""
+        K, n = self.K, len(self.active)
+        if self.memory is None:
+            log_probs, self.state, attention = self.step_fn(self.tokens, self.state)  # (N, V), ..., (N, L)
+        else:
+            log_probs, self.state, attention = self.step_fn(self.tokens, self.state, self.memory)
+        vocab = log_probs.size(-1)
+        # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
+        candidates = (self.scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
+        top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
+        origin_beam, top_tokens = top_ids // vocab, top_ids % vocab
+        origin_rows = (torch.arange(n, device=self.device) * K)[:, None] + origin_beam  # (B', 2K) rows of the B'*K batch
+        ends = top_tokens == self.eos
+
+        rank = torch.arange(top_ids.size(1), device=self.device)[None, :]
+        finishing = ends & (rank < K) & torch.isfinite(top_scores)
+        if finishing.any():
+            for i, j in finishing.nonzero().tolist():
+                b = self.active[i]
+                if self.done[b]:
+                    continue
+                self._end(b, int(origin_rows[i, j]), float(top_scores[i, j]), True)
+                self.done[b] = len(self.ended[b]) >= K
+
+        continuing = ~ends
+        keep = continuing & (continuing.cumsum(1) <= K)  # (B', 2K), exactly K per row (at least K of 2K go on)
+        pick = keep.nonzero()[:, 1].view(n, K)
+        self.scores = top_scores.gather(1, pick)  # (B', K)
+        rows = origin_rows.gather(1, pick).view(-1)  # (N,)
+        self.tokens = top_tokens.gather(1, pick).view(-1)  # (N,)
+        state_rows = rows if self.expanded else rows // K  # the first step ran one row per sequence
+        self.state = _select(self.state, state_rows)
+        self.expanded = True
+        self.history = torch.cat([self.history.index_select(0, rows), self.tokens[:, None]], dim=1)
+        if self.keep_attention and attention is not None:
+            self.step_weights.append(attention.index_select(0, state_rows).float())  # (N, L)
+            self.parents.append(rows if self.to_recorded is None else self.to_recorded.index_select(0, rows))
+        self.to_recorded = None
+
+    def finish(self, nbest: int) -> list[list[Hypothesis]]:
+        """Every sequence's best ``nbest`` hypotheses, best first, with their attention."""
+        for i, b in enumerate(self.active):
+            if not self.ended[b]:  # nothing ever ended: the best unfinished hypothesis
+                self._end(b, i * self.K, float(self.scores[i, 0]), False)
+        best = [sorted(ended, key=lambda e: e.hypothesis.normalized_score, reverse=True)[: max(1, nbest)] for ended in self.ended]
+        if self.step_weights:
+            _gather_attention([e for ended in best for e in ended], self.step_weights, self.parents)
+        return [[e.hypothesis for e in ended] for ended in best]
 
 
 @torch.no_grad()
@@ -131,7 +265,7 @@ def beam_search(
         sos (int): start token fed at the first step.
         eos (int): end token.
         max_len (int or torch.Tensor): most steps (``<eos>`` included), for all or per sequence `(B,)`.
-        length_penalty (float, optional): alpha of ``score / length ** alpha`` when ranking
+        length_penalty (float, optional): alpha of :func:`length_normalized` when ranking
             finished hypotheses; 0 ranks by total log-probability, 1 by the per-token mean.
         nbest (int, optional): hypotheses returned per sequence (at most ``K``). (Default: ``1``)
         return_attention (bool, optional): keep each step's attention weights. (Default: ``True``)
@@ -144,116 +278,22 @@ def beam_search(
     """
     if beam_size < 1 or batch_size < 1:
         raise ValueError(f"beam_size and batch_size must be >= 1, got {beam_size} and {batch_size}")
-    K, B = beam_size, batch_size
-    limits = _per_sequence_limit(max_len, B)
-    first = _first_tensor(state) if _first_tensor(state) is not None else _first_tensor(memory)
-    device = first.device if first is not None else torch.device("cpu")
-
-    active = list(range(B))  # the original index of each sequence still in the batch
-    expanded = False  # whether state has K rows per sequence yet (one until the first step)
-    memory_is_ours = False  # whether memory is our copy (after a compaction) rather than the caller's
-    tokens = torch.full((B,), sos, dtype=torch.long, device=device)
-    scores = torch.full((B, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams start distinct
-    history = torch.empty(B * K, 0, dtype=torch.long, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    done = [False] * B
-    beam_ids = torch.arange(K, device=device)
-    # Attention weights stay where each step put them, with back-pointers, and are gathered for
-    # the returned hypotheses only: reordering a (N, t, L) history would cost O(t) every step.
-    step_weights: list[torch.Tensor] = []  # step s: (N_s, L), the weights behind token s of each row
-    parents: list[torch.Tensor] = []  # step s: (N_s,), the row of step s - 1 that each row extends
-    to_recorded: torch.Tensor | None = None  # rows now -> rows of the last recorded step, after a compaction
-    ends_at: dict[int, tuple[int, int]] = {}  # id(hypothesis) -> (tokens, row of its last token's step)
-
-    def hypothesis(row: int, score: float, is_finished: bool) -> Hypothesis:
-        length = history.size(1) + int(is_finished)
-        hyp = Hypothesis(history[row].tolist(), score, _normalize(score, length, length_penalty), is_finished)
-        ends_at[id(hyp)] = (history.size(1), row if to_recorded is None else int(to_recorded[row]))
-        return hyp
-
+    limits = _per_sequence_limit(max_len, batch_size)
+    search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention)
     for step in range(max(limits)):
-        for i, b in enumerate(active):  # sequences that used up their length stop here
-            if not done[b] and step >= limits[b]:
-                done[b] = True
-                if not finished[b]:
-                    finished[b].append(hypothesis(i * K, float(scores[i, 0]), False))
-        live = [i for i, b in enumerate(active) if not done[b]]
-        if not live:
+        if not search.retire(step):
             break
-        if len(active) - len(live) >= _COMPACT_FRACTION * len(active):  # drop the done sequences
-            kept = torch.tensor(live, device=device)
-            kept_rows = (kept[:, None] * K + beam_ids).view(-1)  # (B' * K,)
-            state_rows = kept_rows if expanded else kept
-            state, tokens = _select(state, state_rows), tokens.index_select(0, state_rows)
-            # The first compaction copies the caller's memory (never changed in place); later ones
-            # reuse that copy, in place on CPU, where a fresh buffer costs more than the copy.
-            if memory is not None:
-                memory = _keep_rows(memory, kept, in_place=memory_is_ours and device.type == "cpu")
-                memory_is_ours = True
-            scores, history = scores.index_select(0, kept), history.index_select(0, kept_rows)
-            to_recorded = kept_rows
-            active = [active[i] for i in live]
-        n = len(active)
-
-        if memory is None:
-            log_probs, state, attention = step_fn(tokens, state)  # (N, V), ..., (N, L)
-        else:
-            log_probs, state, attention = step_fn(tokens, state, memory)
-        vocab = log_probs.size(-1)
-        # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
-        candidates = (scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
-        top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
-        origin_beam, top_tokens = top_ids // vocab, top_ids % vocab
-        origin_rows = (torch.arange(n, device=device) * K)[:, None] + origin_beam  # (B', 2K) rows of the B'*K batch
-        ends = top_tokens == eos
-
-        # Finished hypotheses: <eos> candidates that rank within the first K.
-        rank = torch.arange(top_ids.size(1), device=device)[None, :]
-        finishing = ends & (rank < K) & torch.isfinite(top_scores)
-        if finishing.any():
-            for i, j in finishing.nonzero().tolist():
-                b = active[i]
-                if done[b]:
-                    continue
-                row = int(origin_rows[i, j])
-                finished[b].append(hypothesis(row, float(top_scores[i, j]), True))
-                if len(finished[b]) >= K:
-                    done[b] = True
-
-        # Continuing beams: the first K candidates that do not end (there are at least K of 2K).
-        continuing = ~ends
-        keep = continuing & (continuing.cumsum(1) <= K)  # (B', 2K), exactly K per row
-        pick = keep.nonzero()[:, 1].view(n, K)
-        scores = top_scores.gather(1, pick)  # (B', K)
-        rows = origin_rows.gather(1, pick).view(-1)  # (N,)
-        tokens = top_tokens.gather(1, pick).view(-1)  # (N,)
-        state_rows = rows if expanded else rows // K  # the first step ran one row per sequence
-        state = _select(state, state_rows)
-        expanded = True
-        history = torch.cat([history.index_select(0, rows), tokens[:, None]], dim=1)
-        if return_attention and attention is not None:
-            step_weights.append(attention.index_select(0, state_rows).float())  # (N, L)
-            parents.append(rows if to_recorded is None else to_recorded.index_select(0, rows))
-        to_recorded = None
-
-    for i, b in enumerate(active):
-        if not finished[b]:  # nothing ever ended: the best unfinished hypothesis
-            finished[b].append(hypothesis(i * K, float(scores[i, 0]), False))
-    results = [sorted(hyps, key=lambda h: h.normalized_score, reverse=True)[: max(1, nbest)] for hyps in finished]
-    if step_weights:
-        _gather_attention([h for hyps in results for h in hyps], ends_at, step_weights, parents)
-    return results
+        search.compact()
+        search.expand()
+    return search.finish(nbest)
 
 
-def _gather_attention(
-    hyps: list[Hypothesis], ends_at: dict[int, tuple[int, int]], step_weights: list[torch.Tensor], parents: list[torch.Tensor]
-) -> None:
+def _gather_attention(ended: list[_Ended], step_weights: list[torch.Tensor], parents: list[torch.Tensor]) -> None:
     """Set each hypothesis' ``attention`` `(len(tokens), L)` by following its back-pointers."""
     device = step_weights[0].device
-    lengths = torch.tensor([ends_at[id(h)][0] for h in hyps], device=device)  # (H,)
-    last_rows = torch.tensor([ends_at[id(h)][1] for h in hyps], device=device)  # (H,)
-    weights = torch.zeros(len(hyps), int(lengths.max()), step_weights[0].size(-1), device=device)  # (H, T, L)
+    lengths = torch.tensor([e.length for e in ended], device=device)  # (H,)
+    last_rows = torch.tensor([e.row for e in ended], device=device)  # (H,)
+    weights = torch.zeros(len(ended), int(lengths.max()), step_weights[0].size(-1), device=device)  # (H, T, L)
     rows = last_rows.clone()
     for step in range(weights.size(1) - 1, -1, -1):  # all hypotheses walk back together
         rows = torch.where(lengths == step + 1, last_rows, rows)  # a hypothesis joins at its last token
@@ -261,8 +301,8 @@ def _gather_attention(
         here = rows.index_select(0, alive)
         weights[alive, step] = step_weights[step].index_select(0, here)
         rows[alive] = parents[step].index_select(0, here)
-    for h, length, w in zip(hyps, lengths.tolist(), weights):
-        h.attention = w[:length]
+    for e, length, w in zip(ended, lengths.tolist(), weights):
+        e.hypothesis.attention = w[:length]
 
 
 def _first_tensor(nest: Any) -> torch.Tensor | None:

@@ -1,15 +1,18 @@
 """Captioning images with a trained model, and exporting models.
 
 A model comes from a Lightning checkpoint or an exported folder (``model.safetensors`` +
-``config.json``), both loaded without running pickled code (:mod:`shared.checkpoint`). Images
-may be any size or mode Pillow reads; they are resized to the model's input size exactly as in
-training. With an overlay folder each image gets one PNG: the image, then one panel per word
-with that word's attention over the image (Xu et al. 2015, Fig. 2-3).
+``config.json``), both loaded without running pickled code (:mod:`shared.training.model_files`).
+Images may be any size or mode Pillow reads; they are resized to the model's input size exactly
+as in training. With an overlay folder each image gets one PNG: the image, then one panel per
+word with that word's attention over the image (Xu et al. 2015, Fig. 2-3).
+
+A model with a frozen pretrained encoder leaves those weights out of its files (see
+:mod:`show_attend.encoder`); loading it rebuilds them from the published weights file, found
+where training found it, or at ``encoder_weights``. No Lightning here.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -17,14 +20,16 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from shared.checkpoint import CheckpointError, export_folder, load_model_files
+from shared import Vocabulary
+from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
 from .data import ImageError, image_transform, load_image
-from .module import Captioner
+from .encoder import restore_omitted_weights
+from .model import Captioner, CaptionerConfig
 
-__all__ = ["CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "EXPORT_FORMAT"]
+__all__ = ["CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "APP"]
 
-EXPORT_FORMAT = "show_attend/1"
+APP = "show-attend"
 _OVERLAY_SIDE = 256  # overlays are drawn on the image scaled to at most this many pixels a side
 
 
@@ -47,21 +52,38 @@ class CaptionResult:
         return " ".join(self.tokens)
 
 
-def load_captioner(path: str | Path, device: str | torch.device = "cpu") -> Captioner:
-    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder."""
-    state_dict, config = load_model_files(path)  # CheckpointError names the file
-    if "las" in config and "decoder" not in config:
-        raise CheckpointError(f"{path}: a speech-attend (recognizer) model; caption needs a show-attend model")
-    accepted = set(inspect.signature(Captioner.__init__).parameters) - {"self"}
-    config = {k: v for k, v in config.items() if k in accepted}
-    if not config.get("vocabulary"):
-        raise CheckpointError(f"{path}: not a show_attend model (no vocabulary in its config)")
-    # The weights are all in the state dict: never download ImageNet weights again.
-    config["encoder"] = {**(config.get("encoder") or {}), "pretrained": False, "weights_path": None}
+def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
+    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder.
+
+    Args:
+        path (str or Path): the model file or folder.
+        device (str or torch.device, optional): where the model runs. (Default: ``"cpu"``)
+        encoder_weights (str or None, optional): the encoder's pretrained weights file, for a
+            model that leaves them out; by default where training found them.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, another app's, or whose encoder weights cannot be restored.
+    """
+    files = load_model_files(path, APP)  # CheckpointError names the file
+    hparams = files.hyper_parameters
+    if not hparams.get("vocabulary"):
+        raise CheckpointError(f"{path}: not a show-attend model (no vocabulary in its config)")
     try:
-        model = Captioner(**config)
+        config = CaptionerConfig.from_hyper_parameters(hparams)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
+    encoder = config.encoder
+    if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
+        encoder.pretrained, encoder.weights_path = False, None
+    elif encoder_weights is not None:
+        encoder.weights_path = encoder_weights
+    model = Captioner(config, Vocabulary(hparams["vocabulary"]))  # EncoderWeightsError says how to give the weights
+    state_dict = dict(files.state_dict)
+    if files.omitted is not None:
+        restore_omitted_weights(state_dict, files.omitted, model.encoder, str(path))
+    try:
         model.load_state_dict(state_dict)
-    except (RuntimeError, TypeError) as err:
+    except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})") from None
     return model.to(device).eval()
 
@@ -80,7 +102,7 @@ def caption_files(
     the file could not be read (the other files are captioned all the same). Only one batch of
     images is in memory at a time.
     """
-    transform = image_transform(model.hparams.image_size)
+    transform = image_transform(model.config.image_size)
     device = next(model.parameters()).device
     for start in range(0, len(paths), batch_size):
         chunk = list(paths[start : start + batch_size])
@@ -94,9 +116,9 @@ def caption_files(
         captions: dict[int, CaptionResult] = {}
         if good:
             batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
-            for i, hyp in zip(good, model.generate(model.encoder(batch), beam_size, max_length)):
-                attention = hyp.attention.view(-1, *model.encoder.grid).cpu()  # (T, gh, gw)
-                captions[i] = CaptionResult(Path(chunk[i]), model.vocab.decode(hyp.tokens), attention)
+            for i, hyp in zip(good, model.generate(model.encode(batch), beam_size, max_length)):
+                attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
+                captions[i] = CaptionResult(Path(chunk[i]), model.vocabulary.decode(hyp.tokens), attention)
         for i in range(len(chunk)):
             yield captions.get(i, loaded[i])
 
@@ -123,7 +145,7 @@ def caption_images(
 
 def save_overlay(result: CaptionResult, path: str | Path) -> Path:
     """The image under its caption, then one attention panel per word, as one PNG."""
-    from shared.plots import save_caption_grid
+    from shared.evaluation.plots import save_caption_grid
 
     image = load_image(result.image)
     scale = _OVERLAY_SIDE / max(image.size)
@@ -132,8 +154,19 @@ def save_overlay(result: CaptionResult, path: str | Path) -> Path:
     return save_caption_grid(np.asarray(image), result.tokens, result.attention, path)
 
 
-def export_model(ckpt: str | Path, out_dir: str | Path) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` (hyper-parameters and vocabulary) to ``out_dir``."""
+def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = False) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` (hyper-parameters and vocabulary) to ``out_dir``.
+
+    Args:
+        ckpt (str or Path): a checkpoint written by ``fit``.
+        out_dir (str or Path): the folder to write.
+        include_encoder (bool, optional): also store frozen pretrained encoder weights, which are
+            otherwise left out (restored from the published file when loaded). (Default: ``False``)
+    """
+    files = load_model_files(ckpt, APP)
     model = load_captioner(ckpt)
-    config = {"format": EXPORT_FORMAT, **dict(model.hparams)}
-    return export_folder(out_dir, model.state_dict(), config)
+    state_dict = model.state_dict()
+    omitted = None if include_encoder else files.omitted
+    if omitted is not None:
+        state_dict = {key: value for key, value in state_dict.items() if key not in set(omitted["keys"])}
+    return export_folder(out_dir, APP, state_dict, files.hyper_parameters, omitted)

@@ -2,15 +2,13 @@
 
     show-attend fit|validate|test --config configs/show_attend/shapes_soft.yaml [--data.data_dir DIR] ...
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
-    show-attend caption --ckpt CKPT_OR_EXPORTED_DIR IMAGE... [--beam-size 5] [--overlay-dir DIR] [--json]
-    show-attend export --ckpt CKPT --out DIR
+    show-attend caption [--ckpt CKPT_OR_EXPORTED_DIR] IMAGE... [--beam-size 5] [--overlay-dir DIR] [--json]
+    show-attend export --ckpt CKPT --out DIR [--include-encoder]
 
-``fit``, ``validate`` and ``test`` go through LightningCLI with the YAML configs of
-``configs/show_attend/``; the vocabulary and image size are linked from the data module into
-the model. Every ``fit`` keeps ``checkpoints/last.ckpt`` under ``trainer.default_root_dir``, also
-when it stops at ``max_steps`` between validations or on SIGTERM (exit code 143), and
-``fit --ckpt_path last`` resumes from it (see :mod:`shared.resume`). User errors print one line
-and exit with 2.
+``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` with the
+YAML configs of ``configs/show_attend/`` (run layout, checkpoints, resume: see there); here the
+data module's vocabulary and image size are linked into the model, and the model's encoder is
+handed to the data module for the feature cache. User errors print one line and exit with 2.
 """
 
 from __future__ import annotations
@@ -18,80 +16,51 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 from pathlib import Path
 from typing import Sequence
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import ModelCheckpoint
-from jsonargparse import Namespace
-from pytorch_lightning.cli import LightningArgumentParser
 
-from shared.cli import SafeCheckpointCLI, expand_folders, run_app
-from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
-from shared.robust import SkipBadSamples, StopOnNonFinite
+from shared.training.cli import AttendCLI, run_lightning
+from shared.training.commands import expand_folders, run_app
 
-from .data import CaptionDataModule
-from .module import Captioner
+from .data import DataError
+from .datamodule import CaptionDataModule
+from .module import CaptionerModule
 
-__all__ = ["main", "CaptionCLI", "LastCheckpoint"]
+__all__ = ["main", "CaptionCLI"]
 
 PROG = "show-attend"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")  # what a folder argument yields
 
 
-class LastCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint that also writes ``last.ckpt`` when fit ends between two validations.
+class EncoderToFeatureCache(pl.Callback):
+    """Hands the model's encoder to the data module, which caches its features (``data.feature_cache``)."""
 
-    Lightning's own ``on_train_end`` saves "last" only if nothing was saved before, so a run
-    stopping at ``max_steps`` after its last validation would leave an older ``last.ckpt``.
-    """
+    def setup(self, trainer: pl.Trainer, pl_module: CaptionerModule, stage: str) -> None:
+        datamodule = trainer.datamodule
+        if isinstance(datamodule, CaptionDataModule) and datamodule.feature_cache:
+            if not pl_module.model.encoder.frozen:
+                raise DataError("data.feature_cache needs a frozen encoder (model.encoder.fine_tune_blocks: 0, not the small CNN)")
+            datamodule.use_encoder(pl_module.model.encoder)
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.save_last and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
+class CaptionCLI(AttendCLI):
+    """The shared LightningCLI, with the data module's vocabulary and image size linked into the model."""
 
-class CaptionCLI(SafeCheckpointCLI):
-    """LightningCLI with the captioner's links and its checkpoint callback (config key ``checkpoint``)."""
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+    def link_data_and_model(self, parser) -> None:
         parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         parser.link_arguments("data.image_size", "model.image_size")
-        parser.add_lightning_class_args(LastCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(SkipBadSamples, "bad_samples")  # bad_samples.max_fraction: 0.01
-        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.enable_version_counter": False})
 
     def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand]
-        root = Path(config.trainer.default_root_dir or ".")
-        if config.checkpoint.dirpath is None:  # a fixed place: <default_root_dir>/checkpoints/last.ckpt
-            config.checkpoint.dirpath = str(root / "checkpoints")
-        checkpoint = config.get("ckpt_path")
-        if checkpoint == "last":
-            checkpoint = Path(config.checkpoint.dirpath) / "last.ckpt"
-        if checkpoint and Path(checkpoint).is_file():
-            # The checkpoint holds every weight: do not fetch ImageNet weights for the encoder again.
-            config.model.encoder.pretrained, config.model.encoder.weights_path = False, None
-        if config.trainer.logger in (None, True):  # CSV curves in the run folder, with or without TensorBoard
-            config.trainer.logger = Namespace(
-                class_path="pytorch_lightning.loggers.CSVLogger", init_args=Namespace(save_dir=str(root), name="logs")
-            )
-
-    def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        plugins = self.config_init[self.subcommand].trainer.get("plugins")
-        return super().instantiate_trainer(plugins=with_atomic_checkpoints(plugins), **kwargs)
+        super().before_instantiate_classes()
+        config = self._subcommand_config()
+        if config.model.get("vocabulary"):  # read from --ckpt_path: the data must use the model's words
+            config.data.vocabulary = list(config.model.vocabulary)
 
 
 def _lightning(args: list[str]) -> None:
-    # run_app hands over sys.argv's own arguments (minus --debug); nothing is given twice.
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-    # A fixed encoder keeps its blocks in eval mode on purpose (batch-norm statistics stay put).
-    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
-    CaptionCLI(
-        Captioner, CaptionDataModule, args=args, save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
-        # added to any callbacks a config names; ExactResume and SaveOnSigterm make resumes exact and SIGTERM safe
-        trainer_defaults={"callbacks": [StopOnNonFinite(), ExactResume(), SaveOnSigterm()]},
-    )
+    run_lightning(CaptionCLI, CaptionerModule, CaptionDataModule, args, trainer_defaults={"callbacks": [EncoderToFeatureCache()]})
 
 
 def _prepare(args: list[str]) -> int:
@@ -117,9 +86,6 @@ def _prepare(args: list[str]) -> int:
     return 0
 
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")  # what a folder argument yields
-
-
 def _caption(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} caption", description="Caption images with a trained model.")
     parser.add_argument("images", nargs="+", help="image files (any format and size Pillow reads), or folders of them")
@@ -128,6 +94,8 @@ def _caption(args: list[str]) -> int:
     parser.add_argument("--max-length", type=int, default=None, help="most words per caption (default: the model's)")
     parser.add_argument("--overlay-dir", default=None, help="write one PNG per image: each word with its attention map")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: image, caption, tokens, overlay")
+    parser.add_argument("--encoder-weights", default=None,
+                        help="the encoder's pretrained weights file, for a model that leaves them out (default: where training found it)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     options = parser.parse_args(args)
     if options.beam_size is not None and options.beam_size < 1:
@@ -136,7 +104,7 @@ def _caption(args: list[str]) -> int:
         raise ValueError(f"--max-length must be >= 1, got {options.max_length}")
     from .caption import caption_files, load_captioner, save_overlay
 
-    model = load_captioner(options.ckpt, options.device)
+    model = load_captioner(options.ckpt, options.device, options.encoder_weights)
     images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
@@ -165,10 +133,12 @@ def _export(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} export", description="Export a checkpoint as safetensors + JSON.")
     parser.add_argument("--ckpt", required=True, help="a Lightning .ckpt file")
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--include-encoder", action="store_true",
+                        help="also store a frozen pretrained encoder's weights (left out by default: the published file restores them)")
     options = parser.parse_args(args)
     from .caption import export_model
 
-    print(f"exported to {export_model(options.ckpt, options.out)}")
+    print(f"exported to {export_model(options.ckpt, options.out, options.include_encoder)}")
     return 0
 
 

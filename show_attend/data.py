@@ -9,19 +9,19 @@ built-in ``dataset_shapes.json`` from :mod:`show_attend.shapes`)::
                  "sentences": [{"tokens": ["a", "dog"], "raw": "A dog."}, ...],
                  "objects": [{"box": [x0, y0, x1, y1], "words": [1, 2, 3]}, ...]}]}  # shapes only
 
-Images live in ``image_dir`` (by default ``data_dir/images`` when that folder exists, else
-``data_dir``), under ``filepath/filename`` or just ``filename``.
+Images live under ``filepath/filename`` or just ``filename`` in an image folder, which
+:func:`find_image_dir` finds among the layouts the data sets come in (``Images/`` and
+``Flicker8k_Dataset/`` for Flickr8k, ``flickr30k-images/``, ``train2014/`` beside
+``val2014/`` for COCO, ``images/`` for the built-in shapes, or the data folder itself).
 
 Training draws one of an image's references at random each time the image is seen, so an
-epoch is one pass over the *images* (as in the paper's code), not over every caption.
-With a frozen encoder the features of every image can be computed once into a memory-mapped
-cache (:meth:`CaptionDataModule.attach_feature_cache`); batches then carry ``features``
-instead of ``images``.
+epoch is one pass over the *images* (as in the paper's code), not over every caption. The
+data module (:mod:`show_attend.datamodule`) serves the splits; with a frozen encoder it reads
+features from :mod:`show_attend.feature_cache` instead of images.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision import transforms
 
 from shared import Vocabulary
-from shared.robust import BadSample, drop_bad_samples
+from shared.training.bad_samples import BadSample, drop_bad_samples
 
 __all__ = [
     "DataError",
@@ -50,7 +49,7 @@ __all__ = [
     "build_vocabulary",
     "CaptionDataset",
     "collate",
-    "CaptionDataModule",
+    "find_image_dir",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
 ]
@@ -150,6 +149,38 @@ def find_karpathy_file(data_dir: str | Path) -> Path:
     return found[0]
 
 
+# Image folders as the data sets unpack, searched in this order when data.image_dir is not set.
+IMAGE_FOLDERS = ("images", "Images", "Flicker8k_Dataset", "Flickr8k_Dataset", "flickr30k-images", "flickr30k_images", ".")
+_PROBE = 20  # records looked up to recognise the image folder
+
+
+def find_image_dir(data_dir: str | Path, records: list[CaptionRecord], image_dir: str | Path | None = None) -> Path:
+    """The folder that holds the images of ``records`` (paths relative to it, as read).
+
+    Args:
+        data_dir (str or Path): the data set's folder.
+        records (list of CaptionRecord): as :func:`read_karpathy` returns them for ``image_dir="."``.
+        image_dir (str or Path or None): the folder the configuration names; relative to
+            ``data_dir`` unless absolute. ``None`` tries :data:`IMAGE_FOLDERS` under ``data_dir``.
+
+    Raises:
+        DataError: the named folder is missing, or no candidate holds any of the first images.
+    """
+    data_dir = Path(data_dir)
+    probe = [r.path for r in records[:_PROBE]]
+    candidates = [data_dir / image_dir] if image_dir is not None else [data_dir / name for name in IMAGE_FOLDERS]
+    for folder in candidates:
+        if folder.is_dir() and any((folder / path).is_file() for path in probe):
+            return folder
+    if image_dir is not None and not candidates[0].is_dir():
+        raise DataError(f"{candidates[0]}: image folder not found (data.image_dir); expected the folder holding {probe[0].name}")
+    looked = ", ".join(str(c) for c in candidates if c.is_dir()) or "no candidate folder exists"
+    raise DataError(
+        f"{data_dir}: none of the first {len(probe)} images of the split file is there (looked for {probe[0]} in: "
+        f"{looked}); set data.image_dir to the folder holding them"
+    )
+
+
 def load_image(path: str | Path) -> Image.Image:
     """Any Pillow-readable image as 8-bit RGB: greyscale is repeated, alpha composited on white,
     16-bit and 32-bit images scaled down to 8 bits.
@@ -229,7 +260,7 @@ class CaptionDataset(Dataset):
         max_caption_length (int): longer captions are cut to this many words.
         features (np.ndarray or None): cached encoder features `(N, L, D)` used instead of images.
 
-    An image that cannot be read comes back as a :class:`~shared.robust.BadSample`, which
+    An image that cannot be read comes back as a :class:`~shared.training.bad_samples.BadSample`, which
     :func:`collate` drops and the training loop logs; one bad file does not end an epoch.
     """
 
@@ -265,7 +296,7 @@ class CaptionDataset(Dataset):
                 image = load_image(record.path)
                 item["image"] = self.transform(image)
                 item["size"] = image.size
-        except ImageError as err:  # skipped and logged by shared.robust.SkipBadSamples
+        except ImageError as err:  # skipped and logged by shared.training.guards.SkipBadSamples
             return BadSample(str(record.path), str(err).removeprefix(f"{record.path}: "))
         if not self.train:
             item["references"] = [" ".join(tokens) for tokens in record.references]
@@ -282,7 +313,7 @@ def collate(items: list[dict | BadSample]) -> dict:
         (targets per caption, ``<eos>`` included), ``index`` `(B,)`, and either ``images``
         `(B, 3, S, S)` or ``features`` `(B, L, D)`; evaluation batches also carry the lists
         ``references``, ``keys``, ``objects`` and ``sizes`` (original width, height). Always
-        ``batch_size`` (B) and ``skipped`` (the :class:`~shared.robust.BadSample` markers); when
+        ``batch_size`` (B) and ``skipped`` (the :class:`~shared.training.bad_samples.BadSample` markers); when
         every item was unreadable, only those two.
     """
     items, skipped = drop_bad_samples(items)
@@ -305,167 +336,3 @@ def collate(items: list[dict | BadSample]) -> dict:
         for key, name in (("references", "references"), ("key", "keys"), ("objects", "objects")):
             batch[name] = [item[key] for item in items]
     return batch
-
-
-class CaptionDataModule(pl.LightningDataModule):
-    """Splits, vocabulary and loaders for one Karpathy-format data set.
-
-    Args:
-        data_dir (str): folder with the split file (and, by default, the images).
-            (Default: ``data/shapes``)
-        json_file (str or None): the split file, relative to ``data_dir`` unless absolute; by
-            default the one ``dataset_*.json`` in ``data_dir``.
-        image_dir (str or None): image folder, relative to ``data_dir`` unless absolute; by
-            default ``data_dir/images`` if it exists, else ``data_dir``.
-        image_size (int): images are resized to ``image_size x image_size``. (Default: ``224``)
-        batch_size (int): training batch size. (Default: ``64``)
-        eval_batch_size (int or None): validation/test batch size; ``batch_size`` when ``None``.
-        num_workers (int): loader processes (0 loads in the training process). (Default: ``0``)
-        min_word_freq (int): rarer training words become ``<unk>``. (Default: ``5``)
-        max_vocab_size (int or None): keep at most this many words. (Default: ``None``)
-        max_caption_length (int): training captions are cut to this many words. (Default: ``50``)
-        augment (bool): random crop and colour jitter in training. (Default: ``False``)
-        feature_cache (str or None): folder for cached encoder features (frozen encoders only);
-            filled on first use. (Default: ``None``)
-    """
-
-    def __init__(
-        self,
-        data_dir: str = "data/shapes",
-        json_file: str | None = None,
-        image_dir: str | None = None,
-        image_size: int = 224,
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        num_workers: int = 0,
-        min_word_freq: int = 5,
-        max_vocab_size: int | None = None,
-        max_caption_length: int = 50,
-        augment: bool = False,
-        feature_cache: str | None = None,
-    ):
-        super().__init__()
-        if image_size < 16 or batch_size < 1:
-            raise DataError(f"image_size must be >= 16 and batch_size >= 1, got {image_size} and {batch_size}")
-        self.save_hyperparameters()
-        data_path = Path(data_dir)
-        # Relative paths are inside data_dir, so `--data.data_dir` moves a whole config to another copy.
-        self.json_file = data_path / json_file if json_file else find_karpathy_file(data_path)
-        default_images = data_path / "images"
-        self.image_dir = data_path / image_dir if image_dir else (default_images if default_images.is_dir() else data_path)
-        self.image_size, self.batch_size = image_size, batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.num_workers, self.augment, self.max_caption_length = num_workers, augment, max_caption_length
-        self.feature_cache = feature_cache
-        self.records = read_karpathy(self.json_file, self.image_dir)
-        if not any(r.split == "train" for r in self.records):
-            raise DataError(f"{self.json_file}: no train (or restval) images")
-        self.vocabulary = build_vocabulary(self.records, min_word_freq, max_vocab_size)
-        self._features: dict[str, np.ndarray] = {}
-        self._unreadable: dict[str, dict[int, str]] = {}
-
-    @property
-    def vocabulary_tokens(self) -> list[str]:
-        """The vocabulary as a plain list (what the model saves in its checkpoint)."""
-        return self.vocabulary.to_dict()["tokens"]
-
-    def split(self, name: str) -> list[CaptionRecord]:
-        return [r for r in self.records if r.split == name]
-
-    def dataset(self, name: str) -> CaptionDataset:
-        records = self.split(name)
-        if not records:
-            raise DataError(f"{self.json_file}: the {name} split is empty")
-        train = name == "train"
-        transform = image_transform(self.image_size, augment=train and self.augment)
-        features = self._features.get(name)
-        dataset = CaptionDataset(records, self.vocabulary, transform, train, self.max_caption_length, features)
-        dataset.unreadable = self._unreadable.get(name, {})
-        return dataset
-
-    def _loader(self, name: str) -> DataLoader:
-        train = name == "train"
-        return DataLoader(
-            self.dataset(name),
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            drop_last=False,
-            num_workers=self.num_workers,
-            collate_fn=collate,
-            pin_memory=torch.cuda.is_available(),
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
-
-    @torch.no_grad()
-    def attach_feature_cache(
-        self, encode: Callable[[torch.Tensor], torch.Tensor], key: dict, device: torch.device | str = "cpu", is_writer: bool = True
-    ) -> None:
-        """Compute (once) and use cached features for every split.
-
-        Args:
-            encode (callable): images `(B, 3, S, S)` on ``device`` -> features `(B, L, D)`.
-            key (dict): plain description of the encoder; a cache made by another encoder or
-                image size is rebuilt, never silently reused.
-            device: where to run ``encode``.
-            is_writer (bool): only one process (rank zero) writes the cache files.
-        """
-        if self.feature_cache is None:
-            return
-        if self.augment:
-            raise DataError("data.feature_cache stores fixed features, so it cannot be combined with data.augment")
-        folder = Path(self.feature_cache)
-        key = {**key, "image_size": self.image_size, "json_file": str(self.json_file.resolve())}
-        tag = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-        for name in ("train", "val", "test"):
-            records = self.split(name)
-            if not records:
-                continue
-            path = folder / f"{name}-{tag}.npy"
-            if not path.is_file():
-                if not is_writer:
-                    continue  # another process writes it; the caller loads it after a barrier
-                folder.mkdir(parents=True, exist_ok=True)
-                self._write_features(path, records, encode, device)
-            self._features[name] = np.load(path, mmap_mode="r")
-            sidecar = _unreadable_file(path)
-            self._unreadable[name] = {int(i): r for i, r in json.loads(sidecar.read_text()).items()} if sidecar.is_file() else {}
-
-    def _write_features(self, path: Path, records: list[CaptionRecord], encode: Callable, device) -> None:
-        transform = image_transform(self.image_size)
-        loader = DataLoader(
-            CaptionDataset(records, self.vocabulary, transform, train=False),
-            batch_size=self.eval_batch_size,
-            num_workers=self.num_workers,
-            collate_fn=collate,
-        )
-        partial, out, unreadable = path.with_suffix(".partial.npy"), None, {}
-        index_of = {str(r.path): i for i, r in enumerate(records)}
-        for batch in loader:
-            unreadable.update({index_of[bad.path]: bad.reason for bad in batch["skipped"]})
-            if not batch["batch_size"]:
-                continue
-            features = encode(batch["images"].to(device)).float().cpu().numpy()  # (B, L, D)
-            if out is None:
-                out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16, shape=(len(records), *features.shape[1:]))
-            out[batch["index"].numpy()] = features
-        if out is None:
-            raise DataError(f"{self.image_dir}: none of the {len(records)} images of this split could be read")
-        out.flush()
-        del out
-        # Unreadable images keep zero features; the sidecar makes the dataset skip them like any bad file.
-        _unreadable_file(path).write_text(json.dumps({str(i): reason for i, reason in unreadable.items()}))
-        partial.replace(path)  # complete files only: an interrupted run rebuilds
-
-
-def _unreadable_file(cache_file: Path) -> Path:
-    """The JSON beside a feature cache file that lists the images it could not read."""
-    return cache_file.with_name(cache_file.name.replace(".npy", ".unreadable.json"))

@@ -8,18 +8,28 @@ small CNN trained from scratch for the built-in shapes. The map is average-poole
 
 The paper keeps the encoder fixed; ``fine_tune_blocks`` makes the last blocks trainable.
 Frozen blocks run without autograd and stay in eval mode (their batch-norm statistics fixed).
+
+Frozen blocks with pretrained weights never change, and a published weights file (torchvision's
+ImageNet weights, or ``weights_path``) restores them exactly, so checkpoints and exported models
+leave them out and keep their :func:`fingerprint` instead (:meth:`Encoder.pretrained_frozen_keys`):
+a ResNet-101 would otherwise add 170 MB to every checkpoint. The fingerprint also names the
+features in the feature cache, so cached features always belong to the weights in use.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import hashlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["EncoderConfig", "Encoder", "EncoderWeightsError", "BACKBONES"]
+from shared.training.model_files import CheckpointError
+
+__all__ = ["EncoderConfig", "Encoder", "EncoderWeightsError", "BACKBONES", "fingerprint", "restore_omitted_weights"]
 
 BACKBONES = ("resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "small")
 
@@ -37,6 +47,16 @@ class EncoderConfig:
     fine_tune_blocks: int = 0  # how many of the last blocks train; 0 keeps the encoder fixed (paper)
     small_channels: int = 128  # width of the small CNN's last layer
     channels_last: bool = True  # channels-last memory format (faster convolutions on GPU)
+
+
+def fingerprint(tensors: Mapping[str, torch.Tensor]) -> str:
+    """A short hash of named tensors (names, shapes, dtypes and values), independent of device."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _small_cnn(width: int) -> list[nn.Module]:
@@ -169,9 +189,22 @@ class Encoder(nn.Module):
     def grid(self) -> tuple[int, int]:
         return (self.config.grid_size, self.config.grid_size)
 
-    def cache_key(self) -> dict:
-        """What the features depend on, for the feature cache."""
-        return {k: v for k, v in asdict(self.config).items() if k not in ("fine_tune_blocks", "channels_last")}
+    @property
+    def has_pretrained_weights(self) -> bool:
+        """Whether the weights came from a published file (torchvision's or ``weights_path``)."""
+        return self.config.backbone != "small" and (self.config.pretrained or self.config.weights_path is not None)
+
+    def pretrained_frozen_keys(self, prefix: str = "") -> list[str]:
+        """State-dict keys (with ``prefix``) of the frozen blocks whose weights a published file
+        restores: what checkpoints and exports leave out. Empty without pretrained weights."""
+        if not self.has_pretrained_weights:
+            return []
+        return [f"{prefix}blocks.{key}" for key in self.blocks[: self.first_trainable].state_dict()]
+
+    def pretrained_frozen_fingerprint(self) -> str:
+        """:func:`fingerprint` of the tensors under :meth:`pretrained_frozen_keys`."""
+        state = self.state_dict()
+        return fingerprint({key: state[key] for key in self.pretrained_frozen_keys()})
 
     def train(self, mode: bool = True) -> "Encoder":
         super().train(mode)
@@ -198,3 +231,29 @@ class Encoder(nn.Module):
         if self.config.backbone == "small":
             x = torch.cat([x, _coordinates(x)], dim=1)  # (B, C + 2, g, g): each location says where it is
         return x.flatten(2).transpose(1, 2).contiguous()  # (B, L, D)
+
+
+def restore_omitted_weights(state_dict: dict, omitted: dict, encoder: "Encoder", where: str, prefix: str = "") -> None:
+    """Put the frozen pretrained weights a checkpoint or export left out (``omitted["keys"]``,
+    the model's state-dict keys) back into ``state_dict`` under ``prefix`` + key, from
+    ``encoder`` (built from the published weights file), after checking that they are the very
+    weights the model was trained with.
+
+    Raises:
+        CheckpointError: ``encoder`` has no pretrained weights, or other ones.
+    """
+    if not encoder.has_pretrained_weights:
+        raise CheckpointError(
+            f"{where}: this model leaves out the frozen ImageNet weights of its {encoder.config.backbone} encoder; "
+            f"they are restored from torchvision's weights file: set model.encoder.pretrained: true, or "
+            f"model.encoder.weights_path to the file"
+        )
+    found = encoder.pretrained_frozen_fingerprint()
+    if found != omitted.get("fingerprint"):
+        raise CheckpointError(
+            f"{where}: the {encoder.config.backbone} weights file in use (fingerprint {found}) is not the one this model "
+            f"was trained with (fingerprint {omitted.get('fingerprint')}); give model.encoder.weights_path that file"
+        )
+    state = encoder.state_dict()
+    for key in omitted["keys"]:
+        state_dict[prefix + key] = state[key.removeprefix("encoder.")]

@@ -5,12 +5,11 @@
     speech-attend transcribe --ckpt CKPT AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]
     speech-attend export --ckpt CKPT --out DIR
 
-``fit --ckpt_path last`` resumes from the newest ``checkpoints/last.ckpt`` under
-``trainer.default_root_dir`` (whichever ``lightning_logs/version_N`` wrote it); SIGTERM saves
-``last.ckpt`` and exits with 143 (see :mod:`shared.resume`).
-
-Errors a user can cause come out as one line, ``speech-attend: error: ...``, with exit code 2
-(``--debug`` shows the traceback).
+``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` (run layout,
+checkpoints, ``--ckpt_path last``, resume: see there); here the data module's vocabulary is
+linked into the model, and :class:`DataToModel` passes the training audio's statistics to the
+model. Errors a user can cause come out as one line, ``speech-attend: error: ...``, with exit
+code 2 (``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -21,90 +20,54 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from pytorch_lightning import Callback, Trainer
-from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.utilities import rank_zero_info
+import pytorch_lightning as pl
 
-from shared.cli import SafeCheckpointCLI, expand_folders, run_app
-from shared.resume import ExactResume, SaveOnSigterm, with_atomic_checkpoints
-from shared.robust import SkipBadSamples, StopOnNonFinite
+from shared.training.cli import AttendCLI, run_lightning
+from shared.training.commands import expand_folders, run_app
 
-__all__ = ["main", "newest_last_checkpoint"]
+from .datamodule import SpeechDataModule
+from .module import RecognizerModule
+
+__all__ = ["main", "RecognizerCLI"]
 
 PROG = "speech-attend"
 
 
-class FinalCheckpoint(Callback):
-    """Save ``last.ckpt`` when training ends, wherever it ends (``max_steps`` mid-epoch too)."""
+class DataToModel(pl.Callback):
+    """What the recognizer and its data module take from each other when a run starts: the
+    feature statistics and the longest utterance of the training audio go to the model (``fit``),
+    and the model's shortest decodable clip (one listener frame) to the data module."""
 
-    def on_train_end(self, trainer: Trainer, pl_module) -> None:
-        checkpoint = trainer.checkpoint_callback
-        directory = Path(checkpoint.dirpath) if checkpoint is not None and checkpoint.dirpath else Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
-        path = directory / "last.ckpt"
-        if checkpoint is not None and getattr(checkpoint, "_last_global_step_saved", -1) == trainer.global_step and path.is_file():
-            return  # ModelCheckpoint already saved this very step
-        trainer.save_checkpoint(path, weights_only=False)  # full state, so `fit --ckpt_path` can resume from it
-
-
-def newest_last_checkpoint(root: str | Path) -> Path | None:
-    """The most recently written ``.../checkpoints/last.ckpt`` under ``root``, or ``None``.
-
-    With a logger, each run checkpoints into its own ``<root>/lightning_logs/version_N``; Lightning
-    looks for ``--ckpt_path last`` only in the new run's (empty) folder, so it would start over.
-    """
-    found = [path for path in Path(root).glob("**/checkpoints/last.ckpt") if path.is_file()]
-    return max(found, key=lambda path: path.stat().st_mtime, default=None)
+    def setup(self, trainer: pl.Trainer, pl_module: RecognizerModule, stage: str) -> None:
+        datamodule = trainer.datamodule
+        if not isinstance(datamodule, SpeechDataModule):
+            return
+        datamodule.set_min_samples(pl_module.model.min_samples())  # a shorter clip is skipped and logged, not fatal
+        if stage == "fit":
+            pl_module.set_longest_utterance(max(datamodule.training_durations()))
+            pl_module.set_feature_statistics(datamodule.statistics_batches(pl_module.hparams.statistics_utterances))
 
 
-class _RecognizerCLI(SafeCheckpointCLI):
-    def add_arguments_to_parser(self, parser) -> None:
+class RecognizerCLI(AttendCLI):
+    """The shared LightningCLI, with the data module's vocabulary linked into the model and the
+    model's sample rate into the data module."""
+
+    def link_data_and_model(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(SkipBadSamples, "bad_samples")  # bad_samples.max_fraction: 0.01
-        parser.set_defaults({
-            "checkpoint.monitor": "val/cer",
-            "checkpoint.mode": "min",
-            "checkpoint.save_top_k": 1,
-            "checkpoint.save_last": True,
-            "checkpoint.filename": "best-step{step}",
-            "checkpoint.auto_insert_metric_name": False,
-        })
+        parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
 
-    def _parse_ckpt_path(self) -> None:
-        # Resolved first, so "last" is then read and checked like a path given by hand.
-        subcommand = self.config.get("subcommand")
-        config = self.config[subcommand] if subcommand else None
-        if config is not None and config.get("ckpt_path") == "last" and config.checkpoint.dirpath is None:
-            last = newest_last_checkpoint(config.trainer.default_root_dir or ".")
-            if last is not None:  # none yet: Lightning warns and fit starts afresh (one command for every restart)
-                config.ckpt_path = str(last)
-                rank_zero_info(f"--ckpt_path last: {last}")
-        super()._parse_ckpt_path()
-
-    def instantiate_trainer(self, **kwargs) -> Trainer:
-        plugins = self.config_init[self.subcommand].trainer.get("plugins")
-        return super().instantiate_trainer(plugins=with_atomic_checkpoints(plugins), **kwargs)
+    def before_instantiate_classes(self) -> None:
+        super().before_instantiate_classes()
+        config = self._subcommand_config()
+        if config.model.get("vocabulary"):  # read from --ckpt_path: the data must use the model's characters
+            config.data.vocabulary = list(config.model.vocabulary)
 
 
 def _lightning(args: list[str]) -> None:
-    from .data import SpeechDataModule
-    from .module import SpeechRecognizer
-
-    saved_argv = sys.argv
-    sys.argv = [saved_argv[0], *args]  # LightningCLI reads sys.argv (and warns when given both); DDP re-runs it
-    try:
-        _RecognizerCLI(
-            SpeechRecognizer,
-            SpeechDataModule,
-            trainer_defaults={  # our sampler shards itself; ExactResume and SaveOnSigterm: see shared.resume
-                "callbacks": [FinalCheckpoint(), StopOnNonFinite(), ExactResume(), SaveOnSigterm()],
-                "use_distributed_sampler": False,
-            },
-            save_config_kwargs={"overwrite": True},
-            seed_everything_default=0,
-        )
-    finally:
-        sys.argv = saved_argv
+    run_lightning(
+        RecognizerCLI, RecognizerModule, SpeechDataModule, args,
+        trainer_defaults={"callbacks": [DataToModel()], "use_distributed_sampler": False},  # the bucketed sampler shards itself
+    )
 
 
 def _prepare(argv: list[str]) -> int:
@@ -160,23 +123,9 @@ def _export(argv: list[str]) -> int:
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit")
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
-    from shared.checkpoint import export_folder
+    from .transcribe import export_model
 
-    from .transcribe import load_recognizer
-
-    model, vocabulary, decoding, config = load_recognizer(args.ckpt)
-    norm = model.frontend.norm
-    exported = {
-        "format": "speech-attend",
-        "las": config.get("las"),
-        "features": config.get("features"),
-        "decoding": config.get("decoding"),
-        "vocabulary": vocabulary.to_dict()["tokens"],
-        # a readable copy; the weights file holds the same numbers (frontend.norm.*)
-        "feature_statistics": {"mean": norm.mean.tolist(), "std": norm.std.tolist(), "frames": int(norm.frames)},
-    }
-    out = export_folder(args.out, model.state_dict(), exported)
-    print(f"exported {args.ckpt} to {out}")
+    print(f"exported {args.ckpt} to {export_model(args.ckpt, args.out)}")
     return 0
 
 

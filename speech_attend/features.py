@@ -22,7 +22,7 @@ from shared import lengths_to_mask
 __all__ = ["FeatureConfig", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeatureConfig:
     """Feature settings; saved with the model, so inference computes the same features."""
 

@@ -20,23 +20,24 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shared import Hypothesis, beam_search
+from shared import Hypothesis, Vocabulary, beam_search
+from shared.beam_search import length_normalized
+from shared.training.config import as_dataclass
 
 from .features import FeatureConfig, FeatureFrontend
 from .listener import Listener
 from .speller import Speller
 
-__all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError", "native_cpu_kernels"]
+__all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError", "native_cpu_kernels", "build_recognizer"]
 
 
 @contextmanager
 def native_cpu_kernels():
     """Run without oneDNN and NNPACK. oneDNN compiles a new LSTM/convolution kernel for every new
-    sequence length, which costs seconds per batch when lengths vary (measured on 2 cores: 5.3 s
-    against 0.08 s per LSTM step). NNPACK, which PyTorch picks for a convolution over 16 rows or
-    more with a kernel under 17, runs the location filter of a batched beam search ~20x slower
-    than the native kernel (a demo speller step over 128 beams: 12 ms against 3 ms). CPU-only;
-    GPUs are unaffected."""
+    sequence length, which costs seconds per batch when lengths vary. NNPACK, which PyTorch picks
+    for a convolution over 16 rows or more with a kernel under 17, runs the location filter of a
+    batched beam search many times slower than the native kernel. Both measured in
+    docs/BENCHMARKS.md. CPU-only; GPUs are unaffected."""
     mkldnn = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False
     try:
@@ -50,7 +51,7 @@ class AudioTooShortError(ValueError):
     """An utterance gives no listener frame after the time reduction."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LASConfig:
     """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`)."""
 
@@ -70,7 +71,7 @@ class LASConfig:
     ctc_upsample: int = 2  # CTC label slots per listener frame; 0 = no CTC head
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeConfig:
     """How validation, test and ``transcribe`` search for the transcript."""
 
@@ -160,7 +161,7 @@ class LAS(nn.Module):
         return logits.float().log_softmax(-1), lengths * self.config.ctc_upsample
 
     def forward(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_rate: float = 0.0
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_probability: float = 0.0
     ) -> dict[str, torch.Tensor]:
         """Teacher-forced pass for training.
 
@@ -168,7 +169,8 @@ class LAS(nn.Module):
             waveforms (torch.Tensor): `(B, N)`.
             lengths (torch.Tensor): `(B,)`.
             inputs (torch.Tensor): speller inputs ``<sos> y_1 .. y_{U-1}`` `(B, U)`.
-            sampling_rate (float, optional): scheduled sampling probability. (Default: ``0.0``)
+            sampling_probability (float, optional): scheduled sampling: the chance that a step reads
+                the model's own previous prediction instead of the true character. (Default: ``0.0``)
 
         Returns:
             dict: ``logits`` `(B, U, V)`, ``alignments`` `(B, U, L)`, ``encoder_lengths`` `(B,)`,
@@ -176,7 +178,7 @@ class LAS(nn.Module):
         """
         states, encoder_lengths = self.encode(waveforms, lengths)
         with native_cpu_kernels():
-            logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_rate)
+            logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_probability)
         out = {"logits": logits, "alignments": alignments, "encoder_lengths": encoder_lengths}
         if self.ctc_head is not None:
             out["ctc_log_probs"], out["ctc_lengths"] = self.ctc_log_probs(states, encoder_lengths)
@@ -231,7 +233,22 @@ class LAS(nn.Module):
         rescored = []
         for hyp, nll in zip(hyps, ctc_nll.tolist()):
             score = (1 - config.ctc_weight) * hyp.score - config.ctc_weight * (nll if math.isfinite(nll) else 1e4)
-            length = len(hyp.tokens) + int(hyp.finished)
-            normalized = score / (length**config.length_penalty) if config.length_penalty and length else score
+            normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
             rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
+
+
+def build_recognizer(hparams: dict) -> tuple[LAS, Vocabulary, DecodeConfig]:
+    """The model (untrained), vocabulary and decoding settings that saved hyper-parameters describe.
+
+    Args:
+        hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s.
+
+    Raises:
+        ValueError: no vocabulary, or settings these classes do not know.
+    """
+    if not hparams.get("vocabulary"):
+        raise ValueError("the model config has no vocabulary; was it saved by speech-attend?")
+    vocabulary = Vocabulary(hparams["vocabulary"])
+    las, features = as_dataclass(LASConfig, hparams.get("las")), as_dataclass(FeatureConfig, hparams.get("features"))
+    return LAS(las, features, len(vocabulary)), vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding"))

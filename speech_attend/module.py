@@ -1,82 +1,61 @@
-"""The LightningModule: the LAS model, its loss, and validation/test by beam search.
+"""The recognizer's LightningModule: the loss, the optimiser, and validation/test by beam search.
 
-Loss (the strong recipes of REFERENCE section 2)::
+Loss (the strong recipes for attention-based ASR)::
 
     loss = (1 - lambda) * CE_smoothed(speller logits, y) + lambda * CTC(listener, y)
 
 with label smoothing on the cross-entropy, scheduled sampling on the speller inputs, and a
 CTC weight ``lambda`` that can fall linearly from ``ctc_weight`` to ``ctc_weight_final``.
 Validation and test decode every utterance with the batched beam search, rescore with CTC and
-compute WER/CER over the whole split (not averaged per batch); ``test`` also writes
-``test_metrics.json`` into the run directory.
+compute WER/CER over the whole split (:class:`shared.training.module.AttendModule`).
 
 Everything inference needs (architecture, feature settings, decoding settings, vocabulary) is
 saved by ``save_hyperparameters`` as plain data, so a checkpoint loads with
-``torch.load(weights_only=True)`` and ``transcribe`` rebuilds the model from it alone.
+``torch.load(weights_only=True)`` and ``transcribe`` rebuilds the model from it alone
+(:func:`speech_attend.model.build_recognizer`). The feature statistics are buffers of the model.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, replace
 
-import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch.nn import functional as F
 
-from shared import Vocabulary
-from shared.metrics import speech_metrics
-from shared.robust import zero_loss
+from shared.evaluation.speech import speech_metrics
+from shared.training.bad_samples import zero_loss
+from shared.training.config import as_dataclass
+from shared.training.module import AttendModule
+from shared.training.schedule import warmup_schedule
 
 from .data import Batch
 from .features import FeatureConfig
-from .model import LAS, DecodeConfig, LASConfig
+from .model import LAS, DecodeConfig, LASConfig, build_recognizer
 
-__all__ = ["SpeechRecognizer", "build_model", "TEST_METRICS_FILE"]
-
-TEST_METRICS_FILE = "test_metrics.json"
+__all__ = ["RecognizerModule"]
 
 
-def _as(cls, value):
-    """A dataclass from itself or from a plain dict (as checkpoints store it)."""
-    return value if isinstance(value, cls) else cls(**(value or {}))
-
-
-def build_model(config: dict) -> tuple[LAS, Vocabulary, DecodeConfig]:
-    """Rebuild the model, vocabulary and decoding settings from saved hyper-parameters.
-
-    Args:
-        config (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``.
-    """
-    if not config.get("vocabulary"):
-        raise ValueError("the model config has no vocabulary; was it saved by speech-attend?")
-    vocabulary = Vocabulary(config["vocabulary"])
-    model = LAS(_as(LASConfig, config.get("las")), _as(FeatureConfig, config.get("features")), len(vocabulary))
-    return model, vocabulary, _as(DecodeConfig, config.get("decoding"))
-
-
-class SpeechRecognizer(pl.LightningModule):
+class RecognizerModule(AttendModule):
     """Listen, Attend and Spell, trained with joint CTC.
 
     Args:
+        vocabulary (list[str]): output characters without the specials, linked from the data
+            module (the characters of the training text).
         las (LASConfig): architecture.
         features (FeatureConfig): front end and SpecAugment.
         decoding (DecodeConfig): beam search for validation, test and transcribe.
-        vocabulary (list[str] or None): output characters without the specials; ``None``
-            takes the data module's (built from the training text) at the start of ``fit``.
         learning_rate (float): peak learning rate of AdamW. (Default: ``1e-3``)
         weight_decay (float): AdamW weight decay. (Default: ``1e-5``)
         warmup_steps (int): linear warm-up, then cosine decay to ``final_lr_ratio`` of the peak
             at the last step. (Default: ``500``)
         final_lr_ratio (float): (Default: ``0.05``)
         label_smoothing (float): on the speller's cross-entropy. (Default: ``0.1``)
-        sampling_rate (float): scheduled sampling probability, reached linearly between
-            ``sampling_start`` and twice that step. (Default: ``0.1``)
-        sampling_start (int): steps of pure teacher forcing first. (Default: ``1000``)
+        scheduled_sampling (float): the probability that a speller step reads its own previous
+            prediction instead of the true character, reached linearly between
+            ``scheduled_sampling_start`` and twice that step. (Default: ``0.1``)
+        scheduled_sampling_start (int): steps of pure teacher forcing first. (Default: ``1000``)
         ctc_weight (float): lambda at the start. (Default: ``0.5``)
         ctc_weight_final (float or None): lambda at the last step, linear in between;
             ``None`` keeps ``ctc_weight``. (Default: ``None``)
@@ -91,19 +70,21 @@ class SpeechRecognizer(pl.LightningModule):
         statistics_utterances (int): training utterances for the feature statistics. (Default: ``2000``)
     """
 
+    app = "speech-attend"
+
     def __init__(
         self,
-        las: LASConfig = LASConfig(),
+        vocabulary: list[str] | None = None,
+        las: LASConfig = LASConfig(),  # frozen dataclasses: a shared default cannot be changed
         features: FeatureConfig = FeatureConfig(),
         decoding: DecodeConfig = DecodeConfig(),
-        vocabulary: list[str] | None = None,
         learning_rate: float = 1e-3,
         weight_decay: float = 1e-5,
         warmup_steps: int = 500,
         final_lr_ratio: float = 0.05,
         label_smoothing: float = 0.1,
-        sampling_rate: float = 0.1,
-        sampling_start: int = 1000,
+        scheduled_sampling: float = 0.1,
+        scheduled_sampling_start: int = 1000,
         ctc_weight: float = 0.5,
         ctc_weight_final: float | None = None,
         guided_attention: float = 0.0,
@@ -112,64 +93,41 @@ class SpeechRecognizer(pl.LightningModule):
         statistics_utterances: int = 2000,
     ):
         super().__init__()
-        las, features, decoding = _as(LASConfig, las), _as(FeatureConfig, features), _as(DecodeConfig, decoding)
+        if not vocabulary:
+            raise ValueError("the recognizer needs a vocabulary (a list of characters), normally linked from the data module")
+        las, features = as_dataclass(LASConfig, las), as_dataclass(FeatureConfig, features)
+        decoding = as_dataclass(DecodeConfig, decoding)
         if not 0.0 <= ctc_weight <= 1.0 or not 0.0 <= (ctc_weight if ctc_weight_final is None else ctc_weight_final) <= 1.0:
             raise ValueError(f"ctc weights must be in [0, 1], got {ctc_weight} and {ctc_weight_final}")
         if ctc_weight > 0 and not las.ctc_upsample:
             raise ValueError("ctc_weight > 0 needs a CTC head: set las.ctc_upsample >= 1")
         # Plain data only, so checkpoints load with weights_only=True.
-        self.save_hyperparameters(ignore=["las", "features", "decoding"])
-        self.hparams.update(las=asdict(las), features=asdict(features), decoding=asdict(decoding))
-        self.decoding = decoding
-        self.model: LAS | None = None
-        self.vocabulary: Vocabulary | None = None
-        if vocabulary is not None:
-            self._build(Vocabulary(vocabulary))
-        self._outputs: dict[str, list[tuple[str, str]]] = {}  # stage -> (reference, hypothesis)
-        self._loss_totals: dict[str, list] = {}  # stage -> [sum of loss x utterances, utterances]
+        self.save_hyperparameters(ignore=["vocabulary", "las", "features", "decoding"])
+        self.hparams.update(vocabulary=list(vocabulary), las=asdict(las), features=asdict(features), decoding=asdict(decoding))
+        self.model, self.vocabulary, self.decoding = build_recognizer(dict(self.hparams))
         self._total_steps: int | None = None  # set when fit configures the optimiser
         self._last_step_time: float | None = None
 
-    def _build(self, vocabulary: Vocabulary) -> None:
-        self.vocabulary = vocabulary
-        self.hparams["vocabulary"] = vocabulary.to_dict()["tokens"]
-        self.model, _, _ = build_model(dict(self.hparams))
+    # ------------------------------------------------------------------ what training sets once
 
-    # ------------------------------------------------------------------ set-up
-
-    def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if self.model is None:
-            if stage != "fit" or datamodule is None or datamodule.vocabulary is None:
-                stage = getattr(stage, "value", stage)
-                raise ValueError(f"{stage} needs a trained model: pass --ckpt_path with an existing .ckpt file")
-            self._build(datamodule.vocabulary)
-        for dataset in getattr(datamodule, "datasets", {}).values():
-            dataset.min_samples = self.model.min_samples()  # a shorter clip is skipped and logged, not fatal
-        if stage == "fit" and self.decoding.max_chunk_seconds is None and datamodule is not None:
-            # transcribe cuts longer audio into pieces no longer than what training showed the model
-            self.decoding.max_chunk_seconds = round(max(datamodule.datasets["train"].durations), 2)
-            self.hparams["decoding"] = asdict(self.decoding)
-        if stage == "fit" and not self.model.frontend.norm.initialised and datamodule is not None:
+    def set_feature_statistics(self, batches) -> None:
+        """Normalise features with the statistics of ``(waveforms, lengths)`` batches of training
+        audio, unless the model has them already (a resumed run)."""
+        if not self.model.frontend.norm.initialised:
             start = time.time()
-            frames = self.model.frontend.accumulate_statistics(
-                datamodule.statistics_batches(self.hparams.statistics_utterances)
-            )
+            frames = self.model.frontend.accumulate_statistics(batches)
             rank_zero_info(f"feature statistics from {frames} frames of training audio in {time.time() - start:.1f} s")
+
+    def set_longest_utterance(self, seconds: float) -> None:
+        """``transcribe`` cuts longer audio into pieces no longer than what training showed the model."""
+        if self.decoding.max_chunk_seconds is None:
+            self.decoding = replace(self.decoding, max_chunk_seconds=round(seconds, 2))
+            self.hparams["decoding"] = asdict(self.decoding)
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        self._total_steps = total
-        warmup, final = self.hparams.warmup_steps, self.hparams.final_lr_ratio
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        scheduler = warmup_schedule(optimizer, self.hparams.warmup_steps, self._total_steps, "cosine", self.hparams.final_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ------------------------------------------------------------------ loss
@@ -184,10 +142,11 @@ class SpeechRecognizer(pl.LightningModule):
         return start if final is None else start + (final - start) * self._progress()
 
     def sampling_probability(self) -> float:
-        start = self.hparams.sampling_start
-        if not self.training or self.hparams.sampling_rate <= 0 or self.global_step < start:
+        """Scheduled sampling's probability at this step: 0, then a linear ramp to ``scheduled_sampling``."""
+        start = self.hparams.scheduled_sampling_start
+        if not self.training or self.hparams.scheduled_sampling <= 0 or self.global_step < start:
             return 0.0
-        return self.hparams.sampling_rate * min(1.0, (self.global_step - start) / max(1, start))
+        return self.hparams.scheduled_sampling * min(1.0, (self.global_step - start) / max(1, start))
 
     def guided_attention_weight(self) -> float:
         weight, steps = self.hparams.guided_attention, self.hparams.guided_attention_steps
@@ -260,7 +219,7 @@ class SpeechRecognizer(pl.LightningModule):
             self.log("train/seconds_per_step", now - self._last_step_time, batch_size=size)
         self._last_step_time = now
         self.log("train/ctc_weight", self.ctc_weight(), batch_size=size)
-        self.log("train/sampling", self.sampling_probability(), batch_size=size)
+        self.log("train/scheduled_sampling", self.sampling_probability(), batch_size=size)
         return losses["loss"]
 
     # ------------------------------------------------------------------ evaluation
@@ -276,13 +235,10 @@ class SpeechRecognizer(pl.LightningModule):
         if not batch.batch_size:
             return
         losses = self._loss(batch)
-        self.log(f"{stage}/loss", losses["loss"], batch_size=len(batch.texts), sync_dist=True)
-        totals = self._loss_totals.setdefault(stage, [0.0, 0])
-        totals[0] += float(losses["loss"]) * len(batch.texts)
-        totals[1] += len(batch.texts)
         beam = self.decoding.val_beam_size if stage == "val" else self.decoding.beam_size
         texts, _, _ = self.transcribe_batch(batch.waveforms, batch.lengths, beam)
-        self._outputs.setdefault(stage, []).extend(zip(batch.texts, texts))
+        records = [{"key": key, "reference": reference, "text": text} for key, reference, text in zip(batch.keys, batch.texts, texts)]
+        self.add_evaluation(stage, records, losses["loss"], batch.batch_size)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluation_step(batch, "val")
@@ -290,33 +246,12 @@ class SpeechRecognizer(pl.LightningModule):
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluation_step(batch, "test")
 
-    def _split_metrics(self, stage: str) -> dict[str, float]:
-        pairs = self._outputs.pop(stage, [])
-        total, count = self._loss_totals.pop(stage, [0.0, 0])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            gathered: list = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, (pairs, total, count))  # every rank scores the whole split
-            pairs = [pair for part, _, _ in gathered for pair in part]
-            total, count = sum(part_total for _, part_total, _ in gathered), sum(part_count for _, _, part_count in gathered)
-        if not pairs:
-            return {}
-        references, hypotheses = zip(*pairs)
-        metrics = speech_metrics(list(references), list(hypotheses))
-        for name, value in metrics.items():
-            self.log(f"{stage}/{name}", value, prog_bar=True, sync_dist=True)  # equal on every rank, so the mean is exact
-        metrics["utterances"] = len(pairs)
-        metrics["loss"] = total / count if count else float("nan")  # mean over the split's utterances
-        return metrics
+    def evaluation_metrics(self, records: list[dict]) -> dict[str, float | None]:
+        return speech_metrics([r["reference"] for r in records], [r["text"] for r in records])
+
+    def output_line(self, record: dict) -> dict:
+        return {"utterance": record["key"], "reference": record["reference"], "text": record["text"]}
 
     def on_validation_epoch_end(self) -> None:
-        self._split_metrics("val")
+        super().on_validation_epoch_end()
         self._last_step_time = None  # the next step's time would include validation
-
-    def on_test_epoch_end(self) -> None:
-        metrics = self._split_metrics("test")
-        run_dir = self.trainer.log_dir or self.trainer.default_root_dir  # on every rank: a broadcast under DDP
-        if metrics and self.trainer.is_global_zero:
-            path = Path(run_dir) / TEST_METRICS_FILE
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(metrics, indent=2) + "\n")
-            rank_zero_info(f"test metrics written to {path}: WER {metrics['wer']:.4f}  CER {metrics['cer']:.4f}")

@@ -122,14 +122,14 @@ class Speller(nn.Module):
         return self.output(features).float().log_softmax(-1), state, state[3]
 
     def forward(
-        self, memory: Memory, inputs: torch.Tensor, sampling_rate: float = 0.0
+        self, memory: Memory, inputs: torch.Tensor, sampling_probability: float = 0.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced decoding of whole target sequences.
 
         Args:
             memory (Memory): from :meth:`precompute`.
             inputs (torch.Tensor): ``<sos> y_1 .. y_{U-1}`` with shape `(B, U)`.
-            sampling_rate (float, optional): scheduled sampling (Bengio et al. 2015): the chance
+            sampling_probability (float, optional): scheduled sampling (Bengio et al. 2015): the chance
                 that a step's input is the model's own previous prediction instead of the true
                 character. (Default: ``0.0``)
 
@@ -141,15 +141,15 @@ class Speller(nn.Module):
         outputs, alignments, logits = [], [], []
         for i in range(inputs.size(1)):
             step_input = embedded[:, i]
-            if sampling_rate > 0 and i > 0:
-                sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_rate  # (B,)
+            if sampling_probability > 0 and i > 0:
+                sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
                 predicted = self.embedding(logits[-1].detach().argmax(-1))  # (B, E)
                 step_input = torch.where(sampled[:, None], predicted, step_input)
             features, state = self._advance(step_input, state, memory)
             outputs.append(features)
             alignments.append(state[3])
-            if sampling_rate > 0:  # the next step may need this step's prediction
+            if sampling_probability > 0:  # the next step may need this step's prediction
                 logits.append(self.output(features))
-        if sampling_rate > 0:
+        if sampling_probability > 0:
             return torch.stack(logits, 1), torch.stack(alignments, 1)
         return self.output(torch.stack(outputs, 1)), torch.stack(alignments, 1)  # (B, U, V), (B, U, L)

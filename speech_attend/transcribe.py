@@ -3,7 +3,7 @@
 Any sample rate and channel count is accepted (resampled and downmixed on reading). Audio
 longer than the model handles well (by default the longest training utterance) is split at its
 pauses into chunks, which are decoded as one batch and joined; attention models truncate or
-loop on utterances much longer than they were trained on (REFERENCE section 2). Every chunk,
+loop on utterances much longer than they were trained on. Every chunk,
 and a file decoded whole, is trimmed to the speech it holds: an attention model trained on
 utterances that start and end with speech invents words for silence at their edges.
 """
@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch.nn import functional as F
 
 from shared import Hypothesis
-from shared.checkpoint import CheckpointError, load_model_files
+from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
 from .audio import load_audio
 from .data import pad_waves
-from .model import LAS, DecodeConfig
-from .module import build_model
+from .model import build_recognizer
 
 __all__ = [
-    "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "SILENCE_DBFS",
+    "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "export_model",
+    "SILENCE_DBFS", "APP",
 ]
+
+APP = "speech-attend"
 
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
 _QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
@@ -51,26 +53,28 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
 
     Returns:
         (LAS, Vocabulary, DecodeConfig, dict): the model in eval mode, its vocabulary, its
-        decoding settings and the raw config.
+        decoding settings and its hyper-parameters.
 
     Raises:
         CheckpointError: unreadable, unsafe, or not a speech-attend model.
     """
-    state_dict, config = load_model_files(path)  # CheckpointError names the file
-    if "decoder" in config and "las" not in config:
-        raise CheckpointError(f"{path}: a show-attend (captioner) model; transcribe needs a speech-attend model")
+    files = load_model_files(path, APP)  # CheckpointError names the file
     try:
-        model, vocabulary, decoding = build_model(config)
+        model, vocabulary, decoding = build_recognizer(files.hyper_parameters)
     except (TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{path}: not a speech-attend model ({str(err).splitlines()[0]})") from None
-    prefix = "model."  # a LightningModule's keys; an exported folder has none
-    if any(key.startswith(prefix) for key in state_dict):
-        state_dict = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+        raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
     try:
-        model.load_state_dict(state_dict)
+        model.load_state_dict(files.state_dict)
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit the saved config ({str(err).splitlines()[0]})") from None
-    return model.to(device).eval(), vocabulary, decoding, config
+    return model.to(device).eval(), vocabulary, decoding, files.hyper_parameters
+
+
+def export_model(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
+    statistics are in the weights) to ``out_dir``."""
+    model, _, _, hparams = load_recognizer(ckpt)
+    return export_folder(out_dir, APP, model.state_dict(), hparams)
 
 
 def split_at_quiet_points(
@@ -126,9 +130,7 @@ def split_at_pauses(
     (power over ``SPEECH_DB`` under the speech level); a chunk without speech is kept whole, for
     :func:`is_silent` to find.
 
-    Measured with the demo model on 20 files of 10 test utterances each joined by 0.25 s pauses
-    (``scripts/long_audio_check.py``): WER 0.230 on the long files against 0.232 for the same
-    utterances one file each; cutting at the quietest points alone, untrimmed, gave 0.404.
+    ``scripts/long_audio_check.py`` measures what this gives on long files (docs/BENCHMARKS.md).
 
     Args:
         waveform (torch.Tensor): `(N,)`.
@@ -151,7 +153,7 @@ def split_at_pauses(
         if inside.numel() == 0:
             return start, end
         # Quiet edges shorter than _MIN_TRIM_SECONDS stay: they are part of the speech's own onset
-        # or decay, and moving a clean utterance's start by 10 ms changes ~5% of its transcripts.
+        # or decay, and moving a clean utterance's start by even 10 ms changes some of its transcripts.
         keep = int(_MIN_TRIM_SECONDS * sample_rate)
         first, last = int(inside[0]) * hop, (int(inside[-1]) + 1) * hop
         return (first if first - start >= keep else start), (last if end - last >= keep else end)
@@ -258,7 +260,7 @@ class Transcriber:
         if beam_size is not None:
             if beam_size < 1:
                 raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
-            self.decoding = DecodeConfig(**{**self.decoding.__dict__, "beam_size": beam_size})
+            self.decoding = replace(self.decoding, beam_size=beam_size)
         if max_chunk_seconds is not None and max_chunk_seconds <= 0:
             raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
         saved = self.decoding.max_chunk_seconds
@@ -313,7 +315,7 @@ class Transcriber:
                 f"expected at least {self.model.min_samples() / self.sample_rate:.3f} s"
             )
         spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds)
-        spans = _at_least(spans, self.model.min_samples(), wave.numel())
+        spans = _widen_short_chunks(spans, self.model.min_samples(), wave.numel())
         silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate)}
         return _File(str(audio_path), wave, spans, silent)
 
@@ -353,14 +355,14 @@ class Transcriber:
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
         """Write ``<out_dir>/<audio file stem>.png``: characters against time."""
-        from shared.plots import save_alignment
+        from shared.evaluation.plots import save_alignment
 
         path = Path(out_dir) / f"{Path(transcript.audio).stem}.png"
         title = f"{Path(transcript.audio).name}: {transcript.text[:80]}"
         return save_alignment(transcript.alignment, path, transcript.labels, self.model.frame_seconds, title)
 
 
-def _at_least(spans: list[tuple[int, int]], min_samples: int, total: int) -> list[tuple[int, int]]:
+def _widen_short_chunks(spans: list[tuple[int, int]], min_samples: int, total: int) -> list[tuple[int, int]]:
     """Widen chunks shorter than one listener frame (a click trimmed to its 20 ms) around their middle,
     within the ``total`` samples of the audio, so every chunk can be decoded."""
     widened = []

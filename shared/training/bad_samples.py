@@ -1,0 +1,40 @@
+"""Markers for items a dataset could not read, so one bad file does not end an epoch.
+
+A dataset's ``__getitem__`` returns a :class:`BadSample` instead of raising when one file
+cannot be read. The collate function calls :func:`drop_bad_samples`, which removes them and
+hands their paths on with the batch (they may be in a worker process, so nothing is counted
+there); :class:`shared.training.guards.SkipBadSamples`, in the training process, counts and
+logs them. No Lightning here: the apps' data readers import this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import torch
+
+__all__ = ["BadSample", "drop_bad_samples", "zero_loss"]
+
+
+class BadSample(NamedTuple):
+    """Stands in for an item that could not be loaded (a tuple, so batch transfer passes it through)."""
+
+    path: str
+    reason: str
+
+
+def drop_bad_samples(items: Sequence[Any]) -> tuple[list[Any], list[BadSample]]:
+    """Split a list of dataset items into the good ones and the :class:`BadSample` markers."""
+    good = [item for item in items if not isinstance(item, BadSample)]
+    bad = [item for item in items if isinstance(item, BadSample)]
+    return good, bad
+
+
+def zero_loss(module: torch.nn.Module) -> torch.Tensor:
+    """A loss of exactly 0 that reaches every trainable parameter.
+
+    For a training batch whose items were all unreadable: under DDP every rank must still run
+    a backward pass (the gradient all-reduce waits for all of them), so the step cannot simply
+    be skipped on one rank.
+    """
+    return sum(p.sum() for p in module.parameters() if p.requires_grad) * 0.0

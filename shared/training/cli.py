@@ -1,0 +1,151 @@
+"""The LightningCLI both apps build on: ``fit``, ``validate`` and ``test`` with one run layout.
+
+:class:`AttendCLI` adds to Lightning's CLI what both apps need, so an app's own CLI only links
+its data module to its model:
+
+* the run layout of :mod:`shared.training.checkpoints`: everything of a run under
+  ``<trainer.default_root_dir>/version_N`` (checkpoints, ``metrics.csv`` from a CSV logger,
+  ``test_metrics.json``, ``skipped_samples.log``); ``test`` and a resumed ``fit`` write into
+  the run whose checkpoint they read;
+* ``--ckpt_path last`` / ``best`` resolved to the newest run's file, and any checkpoint checked
+  (it must load without pickled code) before Lightning reads it;
+* the callbacks: :class:`~shared.training.checkpoints.RunCheckpoints` (config key
+  ``checkpoint``), :class:`~shared.training.guards.SkipBadSamples` (``bad_samples``),
+  :class:`~shared.training.guards.StopOnNonFinite` and :class:`~shared.training.resume.ExactResume`;
+* atomic checkpoint writes, checkpoints loaded with ``weights_only=True``, and none of the
+  warnings a user cannot act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from jsonargparse import Namespace
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+from pytorch_lightning.utilities import rank_zero_info
+
+from .checkpoints import NAMED_CHECKPOINTS, RunCheckpoints, find_checkpoint, run_version, with_atomic_checkpoints
+from .guards import SkipBadSamples, StopOnNonFinite
+from .model_files import CheckpointError, safe_torch_load
+from .resume import ExactResume
+
+__all__ = ["AttendCLI", "run_lightning"]
+
+# Warnings about Lightning's and PyTorch's own internals, or advice that does not apply to these
+# apps; they would be printed on every run, and no user can act on them.
+_QUIET_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\)",
+    r"The number of training batches .* is smaller than the logging interval",
+    r"Precision .* is not supported by the model summary",
+    r"Starting from v1\.9\.0, `tensorboardX` has been removed",
+    r"LightningCLI's args parameter",
+    r"Found \d+ module\(s\) in eval mode",  # a fixed encoder keeps its batch-norm statistics on purpose
+)
+
+
+def _quiet_lightning(record: logging.LogRecord) -> bool:
+    # Lightning 2.6 advertises its cloud logger on every fit.
+    return "litlogger" not in record.getMessage()
+
+
+def _check_config_files(args: list[str]) -> None:
+    """A ``--config`` file that is not there is one line here, not jsonargparse's page of usage."""
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.removeprefix("--config=") if arg.startswith("--config=") else None
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: config file not found (--config expects a YAML file such as those in configs/)")
+
+
+class AttendCLI(LightningCLI):
+    """LightningCLI with the run layout, checkpoints and guards both apps share (module docstring).
+
+    An app subclasses it and overrides :meth:`link_data_and_model` to connect its data module
+    to its model. Keyword arguments go to :class:`~pytorch_lightning.cli.LightningCLI`;
+    ``trainer_defaults`` are merged into the shared ones.
+    """
+
+    def __init__(self, model_class: type, datamodule_class: type, args: list[str], trainer_defaults: dict | None = None, **kwargs: Any):
+        defaults = dict(trainer_defaults or {})
+        defaults["callbacks"] = [StopOnNonFinite(), ExactResume(), *defaults.get("callbacks", [])]
+        defaults.setdefault("enable_checkpointing", False)  # RunCheckpoints writes them; Lightning's own would add copies
+        super().__init__(
+            model_class, datamodule_class, args=args, trainer_defaults=defaults, seed_everything_default=0,
+            save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, **kwargs,
+        )
+
+    def link_data_and_model(self, parser: LightningArgumentParser) -> None:
+        """Link what the model needs from the data module (e.g. the vocabulary); the app's part."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(RunCheckpoints, "checkpoint")
+        parser.add_lightning_class_args(SkipBadSamples, "bad_samples")
+        self.link_data_and_model(parser)
+
+    def _subcommand_config(self) -> Namespace | None:
+        subcommand = self.config.get("subcommand")
+        return self.config[subcommand] if subcommand else None
+
+    def _parse_ckpt_path(self) -> None:
+        # Lightning reads the checkpoint's hyper-parameters here, with a bare torch.load: resolve
+        # `last`/`best` first, and refuse a missing, foreign or unsafe file in one line.
+        config = self._subcommand_config()
+        ckpt_path = config.get("ckpt_path") if config is not None else None
+        if ckpt_path in NAMED_CHECKPOINTS:
+            root = Path(config.trainer.default_root_dir or ".")
+            found = find_checkpoint(root, ckpt_path)
+            if found is None and self.config.subcommand == "fit" and ckpt_path == "last":
+                rank_zero_info(f"--ckpt_path last: no run under {root} has a last.ckpt yet; starting a new run")
+            elif found is None:
+                raise CheckpointError(f"--ckpt_path {ckpt_path}: no run under {root} has a {ckpt_path}.ckpt (runs are {root}/version_N)")
+            else:
+                rank_zero_info(f"--ckpt_path {ckpt_path}: {found}")
+            config.ckpt_path = ckpt_path = None if found is None else str(found)
+        if ckpt_path:
+            if not Path(ckpt_path).is_file():
+                raise CheckpointError(f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit, or last or best)")
+            safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
+        super()._parse_ckpt_path()
+
+    def before_instantiate_classes(self) -> None:
+        config = self._subcommand_config()
+        if config.get("weights_only") is None:
+            config.weights_only = True  # checkpoints hold tensors and plain data only
+        if config.trainer.logger in (None, True):  # the run layout: <root>/version_N/metrics.csv
+            root = Path(config.trainer.default_root_dir or ".")
+            version = run_version(config.ckpt_path) if config.get("ckpt_path") else None
+            if version is not None and Path(config.ckpt_path).resolve().parents[1].parent != root.resolve():
+                version = None  # a checkpoint of a run elsewhere: this run is new
+            config.trainer.logger = Namespace(
+                class_path="shared.training.run_logger.RunLogger", init_args=Namespace(save_dir=str(root), version=version)
+            )
+
+    def instantiate_trainer(self, **kwargs: Any):
+        plugins = self.config_init[self.subcommand].trainer.get("plugins")
+        return super().instantiate_trainer(plugins=with_atomic_checkpoints(plugins), **kwargs)
+
+
+def run_lightning(cli_class: type[AttendCLI], model_class: type, datamodule_class: type, args: list[str], **kwargs: Any) -> None:
+    """Run ``cli_class`` on ``[command, *options]`` as the program's own command line.
+
+    LightningCLI reads ``sys.argv``, and DDP starts the other processes by running it again, so
+    it is set to exactly these arguments for the run. The process group a DDP run opened is shut
+    down at the end, also after an error or SIGTERM: left to the interpreter's exit, gloo's
+    worker threads are destroyed while still running and the process aborts after its work is done.
+    """
+    _check_config_files(args)
+    for pattern in _QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_quiet_lightning)
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0], *args]
+    try:
+        cli_class(model_class, datamodule_class, args=args, **kwargs)
+    finally:
+        sys.argv = saved_argv
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()

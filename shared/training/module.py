@@ -1,0 +1,124 @@
+"""What both apps' LightningModules share: the evaluation loop over a whole split, and the tag
+that says which app a checkpoint belongs to.
+
+Validation and test decode every item (never teacher-forced) and score the split as a whole,
+as published numbers are computed (corpus BLEU, corpus WER), not as a mean of per-batch
+numbers. An app's module calls :meth:`AttendModule.add_evaluation` from its validation and
+test steps with one record per item (a dict with a unique ``key``) and implements
+:meth:`~AttendModule.evaluation_metrics` and :meth:`~AttendModule.output_line`; the base class
+gathers the records of every process (dropping the duplicates a distributed sampler pads
+with), logs ``<stage>/<metric>``, and after ``test`` writes ``test_metrics.json`` and
+``test_outputs.jsonl`` into the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities import rank_zero_info
+
+from .model_files import CheckpointError, check_app_tag, model_tag
+
+__all__ = ["AttendModule", "TEST_METRICS_FILE", "TEST_OUTPUTS_FILE"]
+
+TEST_METRICS_FILE, TEST_OUTPUTS_FILE = "test_metrics.json", "test_outputs.jsonl"
+
+
+class AttendModule(pl.LightningModule):
+    """Base class of the apps' LightningModules (see the module docstring).
+
+    Subclasses set ``app`` (``show-attend`` or ``speech-attend``) and keep their vocabulary in
+    ``hparams["vocabulary"]``.
+    """
+
+    app: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._records: dict[str, list[dict]] = {}
+        self._loss_sums: dict[str, list[float]] = {}  # stage -> [sum of loss x items, items]
+
+    # ------------------------------------------------------------------ the app's part
+
+    def evaluation_metrics(self, records: list[dict]) -> dict[str, float | None]:
+        """Metrics of a whole split from its records (every process's, each item once)."""
+        raise NotImplementedError
+
+    def output_line(self, record: dict) -> dict:
+        """What ``test_outputs.jsonl`` holds for one item (plain JSON data)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the loop
+
+    def add_evaluation(self, stage: str, records: list[dict], loss: torch.Tensor, items: int) -> None:
+        """Keep a batch's decoded records and log its teacher-forced loss as ``<stage>/loss``."""
+        self.log(f"{stage}/loss", loss, batch_size=items, sync_dist=True)
+        sums = self._loss_sums.setdefault(stage, [0.0, 0])
+        sums[0] += float(loss) * items
+        sums[1] += items
+        self._records.setdefault(stage, []).extend(records)
+
+    def _gathered(self, stage: str) -> tuple[list[dict], float, int]:
+        records, (loss_sum, items) = self._records.pop(stage, []), self._loss_sums.pop(stage, [0.0, 0])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            everyone: list = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(everyone, (records, loss_sum, items))  # every rank scores the split
+            records = [record for part, _, _ in everyone for record in part]
+            loss_sum, items = sum(part[1] for part in everyone), sum(part[2] for part in everyone)
+        unique = {record["key"]: record for record in records}  # a distributed sampler pads with repeats
+        return [unique[key] for key in sorted(unique)], loss_sum, items
+
+    def _finish_evaluation(self, stage: str) -> dict[str, Any]:
+        records, loss_sum, items = self._gathered(stage)
+        if not records:
+            return {}
+        metrics = self.evaluation_metrics(records)
+        for name, value in metrics.items():
+            if value is not None:  # equal on every rank (gathered), so the sync is exact
+                self.log(f"{stage}/{name}", float(value), prog_bar=True, sync_dist=True)
+        results = {**metrics, "loss": loss_sum / items if items else None, "items": len(records)}
+        if stage == "test":
+            run_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # collective: every rank asks
+            if self.trainer.is_global_zero:
+                self._write_test_results(run_dir, results, records)
+        return results
+
+    def _write_test_results(self, run_dir: Path, results: dict, records: list[dict]) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / TEST_METRICS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+        with (run_dir / TEST_OUTPUTS_FILE).open("w", encoding="utf-8") as file:
+            for record in records:
+                file.write(json.dumps(self.output_line(record), ensure_ascii=False) + "\n")
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
+        rank_zero_info(f"test metrics written to {run_dir / TEST_METRICS_FILE}: {shown}")
+
+    def on_validation_epoch_start(self) -> None:
+        self._records.pop("val", None), self._loss_sums.pop("val", None)
+
+    def on_test_epoch_start(self) -> None:
+        self._records.pop("test", None), self._loss_sums.pop("test", None)
+
+    def on_validation_epoch_end(self) -> None:
+        self._finish_evaluation("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._finish_evaluation("test")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint.update(model_tag(self.app))
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_app_tag(checkpoint, self.app, "--ckpt_path")
+        saved = (checkpoint.get("hyper_parameters") or {}).get("vocabulary")
+        ours = self.hparams.get("vocabulary")
+        if saved is not None and ours is not None and list(saved) != list(ours):
+            raise CheckpointError(
+                f"--ckpt_path: the checkpoint's vocabulary ({len(saved)} tokens) differs from this run's "
+                f"({len(ours)} tokens); evaluate or resume it with the data it was trained on"
+            )
