@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
@@ -166,7 +167,8 @@ def save_alignment(
         frame_seconds (float or None, optional): duration of one input frame after any
             downsampling (e.g. ``0.08`` for 10 ms frames reduced 8x by a pyramidal listener);
             the x axis is then in seconds. (Default: ``None``, the x axis counts frames)
-        title (str or None, optional): figure title. (Default: ``None``)
+        title (str or None, optional): figure title, wrapped to the figure's width (at most
+            three lines). (Default: ``None``)
 
     Returns:
         Path: ``path``.
@@ -205,8 +207,27 @@ def save_alignment(
         ax.set_yticklabels(["␣" if label == " " else label for label in output_labels],
                            fontsize=7)
     if title:
-        ax.set_title(title)
+        _fitted_suptitle(fig, title)
     return _save(fig, path)
+
+
+def _fitted_suptitle(fig: Figure, title: str, fontsize: float = 11.0, max_lines: int = 3) -> None:
+    """Set ``title`` over the figure, wrapped to its width and cut to ``max_lines`` lines ("…").
+
+    A file name has no spaces to wrap at, so long words are broken too. Lines are first cut at
+    the width of an average character, then measured and narrowed until they fit, because wide
+    characters (W, CJK) take more room. Centred on the figure, not on the axes: the axes sit
+    left of the colour bar, so a title as wide as the figure would run off its left edge there.
+    """
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    room = 0.96 * fig.bbox.width  # pixels
+    columns = max(8, int(room / (0.6 * fontsize * fig.dpi / 72)))  # an average character: 0.6 em
+    while True:
+        lines = textwrap.wrap(title, columns, max_lines=max_lines, placeholder=" …")
+        text = fig.suptitle("\n".join(lines), fontsize=fontsize)
+        if columns == 8 or text.get_window_extent(renderer).width <= room:
+            return
+        columns = max(8, int(columns * 0.85))
 
 
 def save_curves(
