@@ -151,7 +151,7 @@ def _transcribe(argv: list[str]) -> int:
             continue
         if args.alignment_dir:
             transcriber.save_alignment(result, args.alignment_dir)
-        print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.text, flush=True)
+        print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else f"{result.audio}: {result.text}", flush=True)
     return status
 
 

@@ -53,10 +53,12 @@ def _test_files(corpus: Path) -> list[str]:
     return sorted(str(p) for p in (corpus / "test").rglob("*.flac"))
 
 
-def test_transcribe_prints_a_line_per_file(trained, capsys):
+def test_transcribe_prints_a_line_per_file_with_its_name(trained, capsys):
     files = _test_files(trained["corpus"])
     assert main(["transcribe", "--ckpt", str(trained["ckpt"]), *files]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == len(files)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(files) >= 2
+    assert [line.split(": ", 1)[0] for line in lines] == files  # "file: text", as caption prints "file: caption"
 
 
 def test_transcribe_json_and_alignment_pngs(trained, capsys, tmp_path):
