@@ -214,9 +214,8 @@ class Captioner(pl.LightningModule):
         beam_size = beam_size or self.hparams.beam_size
         max_length = max_length or self.hparams.max_decode_length
         memory, state = self.decoder.start(features)  # one memory row serves the K beams of an image
-        words = torch.zeros(features.size(0), dtype=torch.long, device=features.device)  # (B,) words so far
         results = beam_search(
-            self._step_ending_after(max_length), (state, words), features.size(0), beam_size, self.vocab.sos_id,
+            self._step_ending_after(max_length), state, features.size(0), beam_size, self.vocab.sos_id,
             self.vocab.eos_id, max_length + 1, length_penalty=self.hparams.length_penalty, memory=memory,
         )  # max_length words, then a step that can only end the caption
         return [hyps[0] for hyps in results]
@@ -226,15 +225,19 @@ class Captioner(pl.LightningModule):
 
         The beam search returns a hypothesis that has not ended after its last step as it is, all
         its tokens words: ``max_length + 1`` steps would give a caption that never ends one word
-        too many. Ending it there instead keeps the ``<eos>`` probability in its score.
+        too many. Ending it there instead keeps the ``<eos>`` probability in its score. The beam
+        search advances every hypothesis by one word per call, so counting calls counts words.
         """
+        steps = 0
 
         def step(tokens: torch.Tensor, state, memory):
-            decoder_state, words = state  # words: (N,) emitted so far
-            log_probs, decoder_state, attention = self.decoder.step(tokens, decoder_state, memory)  # (N, V)
-            others = torch.arange(log_probs.size(1), device=log_probs.device) != self.vocab.eos_id  # (V,)
-            full = (words >= max_length)[:, None] & others  # (N, V)
-            return log_probs.masked_fill(full, float("-inf")), (decoder_state, words + 1), attention
+            nonlocal steps
+            log_probs, state, attention = self.decoder.step(tokens, state, memory)  # (N, V)
+            steps += 1
+            if steps > max_length:  # every hypothesis holds max_length words
+                others = torch.arange(log_probs.size(1), device=log_probs.device) != self.vocab.eos_id  # (V,)
+                log_probs = log_probs.masked_fill(others, float("-inf"))
+            return log_probs, state, attention
 
         return step
 
