@@ -56,11 +56,19 @@ def newest_last_checkpoint(root: str | Path) -> Path | None:
     return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
 
+def _quote_default(parser, dest: str) -> None:
+    """Show a string option's default in quotes in ``--help``: jsonargparse prints it bare, and
+    the lone apostrophe of ``data.keep_punctuation`` read as a misprint, ``(default: ')``."""
+    action = next(action for action in parser._actions if action.dest == dest)
+    action.help = f'{action.help} (type: %(type)s, default: "%(default)s")'  # jsonargparse then adds neither
+
+
 class _RecognizerCLI(SafeCheckpointCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SkipBadSamples, "bad_samples")  # bad_samples.max_fraction: 0.01
+        _quote_default(parser, "data.keep_punctuation")
         parser.set_defaults({
             "checkpoint.monitor": "val/cer",
             "checkpoint.mode": "min",

@@ -129,3 +129,14 @@ def test_transcribe_as_a_subprocess(trained):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["audio"] == files[0]
+
+
+def test_fit_help_shows_the_keep_punctuation_default_in_quotes(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--help"])
+    assert exit_.value.code == 0
+    help_text = capsys.readouterr().out
+    entry = help_text[help_text.index("  --data.keep_punctuation"):].split("\n  --")[0]  # its lines, up to the next option
+    entry = " ".join(entry.split())
+    assert entry.endswith("""(type: str, default: "'")"""), entry
+    assert "apostrophes by default" in entry
