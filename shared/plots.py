@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 import textwrap
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import matplotlib
 import numpy as np
@@ -49,10 +51,20 @@ def _to_rgb(image: np.ndarray | Image.Image) -> np.ndarray:
     return image
 
 
+@contextmanager
+def _boxes_for_missing_glyphs() -> Iterator[None]:
+    """Draw characters the font lacks (a Japanese file name in a title) as boxes, without
+    matplotlib's warning per character, which would bury a command's own output."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+        yield
+
+
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    with _boxes_for_missing_glyphs():
+        fig.savefig(path, format="png")
     return path
 
 
@@ -225,7 +237,9 @@ def _fitted_suptitle(fig: Figure, title: str, fontsize: float = 11.0, max_lines:
     while True:
         lines = textwrap.wrap(title, columns, max_lines=max_lines, placeholder=" …")
         text = fig.suptitle("\n".join(lines), fontsize=fontsize)
-        if columns == 8 or text.get_window_extent(renderer).width <= room:
+        with _boxes_for_missing_glyphs():
+            width = text.get_window_extent(renderer).width
+        if columns == 8 or width <= room:
             return
         columns = max(8, int(columns * 0.85))
 

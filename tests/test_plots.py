@@ -1,3 +1,4 @@
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,13 @@ def test_a_long_alignment_title_is_wrapped_to_fit_inside_the_figure(tmp_path, mo
     box, page = text.get_window_extent(canvas.get_renderer()), figure.bbox
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
     assert text.get_text().replace("\n", "").startswith(name[:60])  # wrapped, its start kept
+
+
+def test_characters_the_font_lacks_are_drawn_without_a_warning_each(tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _assert_png(save_alignment(np.random.rand(3, 10), tmp_path / "a.png", list("abc"), 0.04, "会議の録音.wav: abc"))
+    assert [str(w.message) for w in caught] == []
 
 
 def test_alignment_needs_one_label_per_output_step(tmp_path):
