@@ -130,9 +130,10 @@ class _BeamSearch:
     """
 
     def __init__(self, step_fn: StepFn, state: Any, memory: Any, batch_size: int, beam_size: int, sos: int, eos: int,
-                 limits: list[int], length_penalty: float, keep_attention: bool):
+                 limits: list[int], length_penalty: float, keep_attention: bool, must_end: bool):
         self.step_fn, self.state, self.memory = step_fn, state, memory
         self.K, self.eos, self.limits, self.length_penalty = beam_size, eos, limits, length_penalty
+        self.must_end = must_end
         self.keep_attention = keep_attention
         first = _first_tensor(state) if _first_tensor(state) is not None else _first_tensor(memory)
         self.device = device = first.device if first is not None else torch.device("cpu")
@@ -188,7 +189,7 @@ class _BeamSearch:
         self.to_recorded = kept_rows
         self.active = [self.active[i] for i in live]
 
-    def expand(self) -> None:
+    def expand(self, step: int) -> None:
         """One model step for every live row; of each sequence's top ``2K`` candidates, those
         ending in ``<eos>`` that rank within the first ``K`` end as finished hypotheses, and the
         best ``K`` that do not end continue."""
@@ -198,6 +199,12 @@ class _BeamSearch:
         else:
             log_probs, self.state, attention = self.step_fn(self.tokens, self.state, self.memory)
         vocab = log_probs.size(-1)
+        if self.must_end:  # a sequence's last step may only end it: <eos> keeps its own probability
+            last = torch.tensor([self.limits[b] == step + 1 for b in self.active], device=self.device)  # (B',)
+            if last.any():
+                rows = last.repeat_interleave(log_probs.size(0) // n)  # (N,)
+                others = torch.arange(vocab, device=self.device) != self.eos  # (V,)
+                log_probs = log_probs.masked_fill(rows[:, None] & others[None, :], float("-inf"))
         # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
         candidates = (self.scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
         top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
@@ -254,6 +261,7 @@ def beam_search(
     nbest: int = 1,
     return_attention: bool = True,
     memory: Any = None,
+    must_end: bool = False,
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sequences with ``beam_size`` beams each, in one batch.
 
@@ -272,6 +280,10 @@ def beam_search(
         memory (optional): nest of tensors with first dimension ``B``, shared by the ``K`` beams
             of each sequence; passed to ``step_fn`` as its third argument when given.
             (Default: ``None``)
+        must_end (bool, optional): a sequence's last step (its ``max_len``-th) may only be
+            ``<eos>``, so every hypothesis ends within ``max_len`` steps and holds at most
+            ``max_len - 1`` tokens; otherwise a sequence that never ends returns its best
+            unfinished hypothesis of ``max_len`` tokens. (Default: ``False``)
 
     Returns:
         list[list[Hypothesis]]: for each sequence, its best ``nbest`` hypotheses, best first.
@@ -279,12 +291,12 @@ def beam_search(
     if beam_size < 1 or batch_size < 1:
         raise ValueError(f"beam_size and batch_size must be >= 1, got {beam_size} and {batch_size}")
     limits = _per_sequence_limit(max_len, batch_size)
-    search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention)
+    search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention, must_end)
     for step in range(max(limits)):
         if not search.retire(step):
             break
         search.compact()
-        search.expand()
+        search.expand(step)
     return search.finish(nbest)
 
 

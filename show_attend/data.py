@@ -23,14 +23,17 @@ features from :mod:`show_attend.feature_cache` instead of images.
 from __future__ import annotations
 
 import json
+import os
 import re
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision import transforms
 
@@ -57,6 +60,7 @@ __all__ = [
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # restval folds into train
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_TURNED_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 
 
 class DataError(ValueError):
@@ -182,18 +186,23 @@ def find_image_dir(data_dir: str | Path, records: list[CaptionRecord], image_dir
 
 
 def load_image(path: str | Path) -> Image.Image:
-    """Any Pillow-readable image as 8-bit RGB: greyscale is repeated, alpha composited on white,
-    16-bit and 32-bit images scaled down to 8 bits.
+    """Any Pillow-readable image as 8-bit RGB, upright: turned as its EXIF orientation says (as
+    viewers show phone photos), greyscale repeated, alpha composited on white, 16-bit and 32-bit
+    images scaled down to 8 bits.
 
     Raises:
-        ImageError: missing, empty, not an image, or truncated.
+        ImageError: missing, empty, not an image, truncated, or more pixels than Pillow's guard
+            against decompression bombs allows (twice ``PIL.Image.MAX_IMAGE_PIXELS``).
     """
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise ImageError(f"{path}: a broken link (to {os.readlink(path)}); expected an image file")
     if not path.is_file():
         raise ImageError(f"{path}: image not found")
     try:
-        with Image.open(path) as image:
+        with _open(path) as image:
             image.load()
+            ImageOps.exif_transpose(image, in_place=True)
             if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
                 pixels = np.asarray(image, dtype=np.float32)
                 top = 65535.0 if image.mode.startswith("I;16") or pixels.max() > 255 else 255.0
@@ -203,21 +212,39 @@ def load_image(path: str | Path) -> Image.Image:
                 background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
                 return Image.alpha_composite(background, rgba).convert("RGB")
             return image.convert("RGB")
+    except Image.DecompressionBombError as err:
+        raise ImageError(f"{path}: too large to read safely ({err})") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         raise _unreadable_image(path, err) from None
 
 
 def image_size(path: str | Path) -> tuple[int, int]:
-    """``(width, height)`` of an image from its header, without decoding the pixels.
+    """``(width, height)`` of an image as shown (after its EXIF orientation), from its header,
+    without decoding the pixels.
 
     Raises:
-        ImageError: missing or not an image.
+        ImageError: missing, not an image, or too large to read (see :func:`load_image`).
     """
     try:
-        with Image.open(path) as image:
-            return image.size
+        with _open(path) as image:
+            width, height = image.size
+            turned = image.getexif().get(ExifTags.Base.Orientation, 1) in _TURNED_ORIENTATIONS
+            return (height, width) if turned else (width, height)
+    except Image.DecompressionBombError as err:
+        raise ImageError(f"{path}: too large to read safely ({err})") from None
     except (OSError, SyntaxError, ValueError) as err:  # UnidentifiedImageError is an OSError
         raise _unreadable_image(path, err) from None
+
+
+@contextmanager
+def _open(path: str | Path) -> Iterator[Image.Image]:
+    """``Image.open`` without Pillow's decompression-bomb warning: images between its limit and
+    twice the limit (where it raises) are real photos too (cameras reach 150 megapixels), and the
+    warning is two lines of noise on a command line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        with Image.open(path) as image:
+            yield image
 
 
 def _unreadable_image(path: str | Path, err: Exception) -> ImageError:

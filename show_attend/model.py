@@ -97,13 +97,14 @@ class Captioner(nn.Module):
             max_length (int or None): most words; the config's ``max_decode_length`` when ``None``.
 
         Returns:
-            list of Hypothesis: one per image; ``attention`` is `(len(tokens), L)`.
+            list of Hypothesis: one per image, at most ``max_length`` words; ``attention`` is
+            `(len(tokens), L)`.
         """
         beam_size = beam_size or self.config.beam_size
         max_length = max_length or self.config.max_decode_length
         memory, state = self.decoder.start(features)  # one memory row serves the K beams of an image
         results = beam_search(
             self.decoder.step, state, features.size(0), beam_size, self.vocabulary.sos_id, self.vocabulary.eos_id,
-            max_length + 1, length_penalty=self.config.length_penalty, memory=memory,
-        )  # max_length words plus <eos>
+            max_length + 1, length_penalty=self.config.length_penalty, memory=memory, must_end=True,
+        )  # max_length words, then a step that can only end the caption
         return [hyps[0] for hyps in results]

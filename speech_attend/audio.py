@@ -7,14 +7,16 @@ since torchaudio 2.9 it needs TorchCodec and FFmpeg.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 import torch
 from torchaudio.functional import resample
 
-__all__ = ["AudioError", "load_audio", "audio_duration", "AUDIO_FORMATS"]
+__all__ = ["AudioError", "load_audio", "audio_duration", "AUDIO_FORMATS", "MAX_AMPLITUDE"]
 
 AUDIO_FORMATS = "WAV, FLAC, OGG or MP3"
 
@@ -22,6 +24,10 @@ AUDIO_FORMATS = "WAV, FLAC, OGG or MP3"
 # estimated lengths); only a larger gap means the file was cut off.
 _TRUNCATION_SLACK_FRAMES = 4096
 _TRUNCATION_SLACK_FRACTION = 0.1
+# Loudest sample accepted, 60 dB over full scale: float files may go a little past 1.0, but a
+# file far past it is broken (often integer sample values written as floats), and much larger
+# values overflow on the way to the model (the float16 audio cache ends at 65504, power at 3e38).
+MAX_AMPLITUDE = 1000.0
 
 
 class AudioError(ValueError):
@@ -33,6 +39,8 @@ class AudioError(ValueError):
 
 def _check_file(path: str | os.PathLike) -> Path:
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise AudioError(f"{path}: a broken link (to {os.readlink(path)}); expected a {AUDIO_FORMATS} audio file")
     if not path.exists():
         raise AudioError(f"{path}: file not found; expected a {AUDIO_FORMATS} audio file")
     if not path.is_file():
@@ -66,8 +74,8 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> torch.Tenso
         torch.Tensor: float32 waveform with shape `(T,)`, values in about ``[-1, 1]``.
 
     Raises:
-        AudioError: the file is missing, empty, not audio, truncated or corrupt, or has no
-            samples.
+        AudioError: the file is missing, empty, not audio, truncated or corrupt, has no
+            samples, or holds NaN, infinite or absurdly large samples (over ``MAX_AMPLITUDE``).
     """
     if sample_rate <= 0:
         raise ValueError(f"sample_rate must be a positive number of Hz, got {sample_rate}")
@@ -88,11 +96,29 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> torch.Tenso
             f"{path}: truncated or corrupt; its header announces {header_frames} frames but "
             f"only {decoded} could be decoded"
         )
+    _check_samples(path, data)
 
     wave = torch.from_numpy(data).mean(dim=1)  # (T, C) -> (T,)
     if native_rate != sample_rate:
         wave = resample(wave, orig_freq=native_rate, new_freq=sample_rate)
     return wave.contiguous()
+
+
+def _check_samples(path: Path, data: np.ndarray) -> None:
+    """Refuse samples that would reach the model as NaN or infinity: non-finite ones, and ones
+    so large that their power overflows (see ``MAX_AMPLITUDE``)."""
+    low, high = float(data.min()), float(data.max())  # NaN or inf if any sample is
+    if not (math.isfinite(low) and math.isfinite(high)):
+        bad = int(data.size - np.isfinite(data).sum())
+        raise AudioError(
+            f"{path}: {bad} of {data.size} samples are NaN or infinite; expected finite audio samples"
+        )
+    peak = max(high, -low)
+    if peak > MAX_AMPLITUDE:
+        raise AudioError(
+            f"{path}: samples reach {peak:.3g}, {20 * math.log10(peak):.0f} dB over full scale; expected "
+            f"audio in about [-1, 1] (at most {MAX_AMPLITUDE:g})"
+        )
 
 
 def audio_duration(path: str | os.PathLike) -> float:

@@ -48,6 +48,13 @@ class DataToModel(pl.Callback):
             pl_module.set_feature_statistics(datamodule.statistics_batches(pl_module.hparams.statistics_utterances))
 
 
+def _quote_default(parser, dest: str) -> None:
+    """Show a string option's default in quotes in ``--help``: jsonargparse prints it bare, and
+    the lone apostrophe of ``data.keep_punctuation`` read as a misprint, ``(default: ')``."""
+    action = next(action for action in parser._actions if action.dest == dest)
+    action.help = f'{action.help} (type: %(type)s, default: "%(default)s")'  # jsonargparse then adds neither
+
+
 class RecognizerCLI(AttendCLI):
     """The shared LightningCLI, with the data module's vocabulary linked into the model and the
     model's sample rate into the data module."""
@@ -55,6 +62,7 @@ class RecognizerCLI(AttendCLI):
     def link_data_and_model(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
         parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
+        _quote_default(parser, "data.keep_punctuation")
 
     def before_instantiate_classes(self) -> None:
         super().before_instantiate_classes()
@@ -114,7 +122,7 @@ def _transcribe(argv: list[str]) -> int:
             continue
         if args.alignment_dir:
             transcriber.save_alignment(result, args.alignment_dir)
-        print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.text, flush=True)
+        print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else f"{result.audio}: {result.text}", flush=True)
     return status
 
 

@@ -64,7 +64,8 @@ class SpeechDataset(Dataset):
         cache (bool, optional): decode every file now and keep it in memory (float16).
             (Default: ``False``)
 
-    A file that cannot be read, or holds fewer than ``min_samples`` samples (too short for the
+    A file that cannot be read (:func:`~speech_attend.audio.load_audio` also refuses NaN, infinite
+    and absurdly large samples), or holds fewer than ``min_samples`` samples (too short for the
     model to make one listener frame), comes back as a :class:`~shared.training.bad_samples.BadSample` (an
     unreadable file is given a nominal duration of one second for bucketing), which
     :func:`collate` drops and the training loop logs: one bad file does not end an epoch or a test.

@@ -49,8 +49,8 @@ class SpeechDataModule(pl.LightningDataModule):
         num_workers (int, optional): loader processes (0 with ``cache_audio``). (Default: ``0``)
         cache_audio (bool, optional): keep all waveforms in memory. (Default: ``False``)
         lowercase (bool, optional): transcripts lower-cased. (Default: ``True``)
-        keep_punctuation (str, optional): punctuation kept in transcripts; by default the
-            apostrophe. (Default: ``"'"``)
+        keep_punctuation (str, optional): punctuation characters kept in transcripts: apostrophes
+            by default ("don't"); "" keeps none. (Default: ``"'"``)
         min_duration (float, optional): shorter training utterances are left out, seconds. (Default: ``0.1``)
         max_duration (float or None, optional): longer training utterances are left out. (Default: ``None``)
         max_train_utterances (int or None, optional): use only the first N training utterances. (Default: ``None``)

@@ -78,6 +78,10 @@ class LogMel(nn.Module):
 
         Returns:
             (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames per utterance `(B,)`.
+
+        Raises:
+            ValueError: a waveform holds NaN or infinite samples, or samples so large that their
+                power overflows.
         """
         if waveforms.size(1) < self.win:  # too short for one frame: pad so the shapes still work
             waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
@@ -85,7 +89,26 @@ class LogMel(nn.Module):
             power = self.mel(waveforms.float())  # (B, n_mels, T)
         features = torch.log(power + 1e-6).transpose(1, 2)  # (B, T, n_mels)
         frames = self.num_frames(lengths)
-        return features * lengths_to_mask(frames, features.size(1)).unsqueeze(-1), frames
+        features = features.masked_fill(~lengths_to_mask(frames, features.size(1)).unsqueeze(-1), 0.0)
+        # One check covers NaN and infinite samples and a power that overflows float32: the file
+        # readers refuse such audio, this stops waveforms handed in directly.
+        if not bool(torch.isfinite(features).all()):
+            raise ValueError(_non_finite_reason(waveforms, lengths))
+        return features, frames
+
+
+def _non_finite_reason(waveforms: torch.Tensor, lengths: torch.Tensor) -> str:
+    """Why waveforms `(B, N)` with lengths `(B,)` gave non-finite features, in one line."""
+    valid = lengths_to_mask(lengths, waveforms.size(1))
+    bad = (~torch.isfinite(waveforms) & valid).sum(1)  # (B,)
+    if bad.any():
+        rows = bad.nonzero().squeeze(1).tolist()
+        return (
+            f"waveforms hold {int(bad.sum())} NaN or infinite samples (batch rows {rows}); "
+            "expected finite audio samples"
+        )
+    peak = float(waveforms.masked_fill(~valid, 0.0).abs().max())
+    return f"the log-mel power overflows: samples reach {peak:.3g}; expected audio in about [-1, 1]"
 
 
 class GlobalNorm(nn.Module):

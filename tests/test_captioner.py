@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 
 from shared import greedy_search
-from shared.checkpoint import safe_torch_load
-from show_attend.caption import caption_images, load_captioner
+from shared.checkpoint import export_folder, safe_torch_load
+from show_attend.caption import EXPORT_FORMAT, caption_images, load_captioner
 from show_attend.cli import main
 from show_attend.data import CaptionDataModule, DataError, collate, load_image, read_karpathy
 from show_attend.encoder import BACKBONES, Encoder, EncoderConfig, EncoderWeightsError
@@ -222,10 +222,30 @@ def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
     with torch.no_grad():
         features = model.encoder(_batch(datamodule, 6)["images"])
         memory, state = model.decoder.start(features)
-        greedy = greedy_search(lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 11)
+        greedy = greedy_search(lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10)
     beam = model.generate(features, beam_size=1, max_length=10)
     assert [h.tokens for h in beam] == greedy
     assert all(h.attention.shape == (len(h.tokens), 16) for h in beam)
+
+
+@pytest.mark.parametrize("max_length", [1, 3, 5])
+def test_a_caption_that_never_ends_has_exactly_max_length_words(tiny_shapes, tmp_path, capsys, max_length):
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
+    torch.manual_seed(0)
+    model = _tiny_captioner(datamodule.vocabulary_tokens).eval()
+    with torch.no_grad():
+        model.decoder.out_vocab.bias[model.vocab.eos_id] = -1e3  # <eos> is never among the likely words
+    # caption --max-length N
+    export_folder(tmp_path / "model", model.state_dict(), {"format": EXPORT_FORMAT, **dict(model.hparams)})
+    images = [str(p) for p in sorted((tiny_shapes / "images").glob("*.png"))[:2]]
+    assert main(["caption", "--ckpt", str(tmp_path / "model"), "--max-length", str(max_length), "--json", *images]) == 0
+    assert [len(json.loads(line)["tokens"]) for line in capsys.readouterr().out.splitlines()] == [max_length] * 2
+    # validation and test: the model's max_decode_length
+    model.hparams.max_decode_length = max_length
+    with torch.no_grad():
+        captions = model.generate(model.encoder(_batch(datamodule, 4)["images"]))
+    assert [len(h.tokens) for h in captions] == [max_length] * 4
+    assert all(h.finished and h.attention.shape == (max_length, 16) for h in captions)
 
 
 def test_pointing_counts_attribute_words_whose_peak_is_in_the_named_box():

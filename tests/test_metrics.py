@@ -10,6 +10,7 @@ PTBTokenizer 3.4.1 (``-preserveLines -lowerCase``) plus the COCO punctuation fil
 import math
 import os
 import shutil
+import warnings
 
 import pytest
 
@@ -97,6 +98,12 @@ EXPECTED_B = {
 def no_meteor(monkeypatch):
     # An empty variable turns METEOR off even where pycocoevalcap (and its jar) is installed.
     monkeypatch.setenv(METEOR_JAR_ENV, "")
+
+
+@pytest.fixture
+def new_process(monkeypatch):
+    """METEOR's warnings come once per process: this test starts with none given yet."""
+    monkeypatch.setattr(metrics, "_warned", set(), raising=False)
 
 
 def _assert_close(got: dict, expected: dict) -> None:
@@ -235,11 +242,42 @@ def test_meteor_is_none_when_configured_jar_is_missing(monkeypatch, tmp_path):
         assert meteor_score([["a"]], [[["a"]]]) is None
 
 
-def test_meteor_is_none_without_java(monkeypatch, tmp_path):
+def test_meteor_is_none_without_java(monkeypatch, tmp_path, new_process):
     jar = tmp_path / "meteor-1.5.jar"
     jar.write_bytes(b"")
     monkeypatch.setattr(metrics.shutil, "which", lambda name: None)
-    assert meteor_score([["a"]], [[["a"]]], jar=jar) is None
+    with pytest.warns(UserWarning, match="METEOR needs Java"):
+        assert meteor_score([["a"]], [[["a"]]], jar=jar) is None
+
+
+
+
+def _meteor_warnings(calls: int = 3) -> list[str]:
+    """The warnings of ``calls`` METEOR scorings (``meteor: true`` at every validation)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(calls):
+            assert caption_metrics(HYPOTHESES_B, REFERENCES_B, meteor=True)["meteor"] is None
+    return [str(w.message) for w in caught]
+
+
+def test_meteor_without_java_says_so_once(monkeypatch, tmp_path, new_process):
+    jar = tmp_path / "meteor-1.5.jar"
+    jar.write_bytes(b"")
+    monkeypatch.setenv(METEOR_JAR_ENV, str(jar))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java here
+    assert _meteor_warnings() == ["METEOR needs Java (no `java` on PATH); it is reported as None."]
+
+
+def test_meteor_without_a_jar_says_so_once_and_how_to_give_one(monkeypatch, new_process):
+    monkeypatch.delenv(METEOR_JAR_ENV, raising=False)
+    monkeypatch.setattr(metrics, "find_meteor_jar", lambda: None)  # no pycocoevalcap with its jar either
+    (message,) = _meteor_warnings()
+    assert "METEOR 1.5 jar" in message and METEOR_JAR_ENV in message and message.endswith("reported as None.")
+
+
+def test_meteor_turned_off_by_an_empty_variable_is_not_warned_about(no_meteor, new_process):
+    assert _meteor_warnings() == []
 
 
 def test_meteor_failure_is_reported_as_none(tmp_path):

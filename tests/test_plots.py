@@ -1,8 +1,14 @@
+import warnings
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
 from PIL import Image
 
+from shared import plots
 from shared.plots import overlay_attention, save_alignment, save_caption_grid, save_curves
 
 
@@ -71,6 +77,32 @@ def test_alignment_writes_a_png(tmp_path):
     path = save_alignment(np.random.rand(5, 40), tmp_path / "a.png", list("ab cd"), 0.04, "t")
     _assert_png(path)
     _assert_png(save_alignment(torch.rand(3, 10), tmp_path / "b.png"))
+
+
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")  # no CJK font here: boxes, as wide
+@pytest.mark.parametrize(
+    "name", ["recording_of_the_weekly_meeting_" * 5 + ".wav", "会議の録音" * 12 + ".wav", "W" * 150 + ".wav"],
+    ids=["words", "cjk", "wide letters"],
+)
+def test_a_long_alignment_title_is_wrapped_to_fit_inside_the_figure(tmp_path, monkeypatch, name):
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    title = f"{name}: the quick brown fox jumps over the lazy dog"  # as transcribe writes it
+    save_alignment(np.random.rand(12, 40), tmp_path / "a.png", list("the quick br"), 0.04, title)
+    (figure,) = figures
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()  # lays the figure out as savefig does
+    (text,) = [t for t in figure.findobj(Text) if t.get_text().startswith(name[:10])]
+    box, page = text.get_window_extent(canvas.get_renderer()), figure.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    assert text.get_text().replace("\n", "").startswith(name[:60])  # wrapped, its start kept
+
+
+def test_characters_the_font_lacks_are_drawn_without_a_warning_each(tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _assert_png(save_alignment(np.random.rand(3, 10), tmp_path / "a.png", list("abc"), 0.04, "会議の録音.wav: abc"))
+    assert [str(w.message) for w in caught] == []
 
 
 def test_alignment_needs_one_label_per_output_step(tmp_path):

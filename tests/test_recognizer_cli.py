@@ -53,10 +53,12 @@ def _test_files(corpus: Path) -> list[str]:
     return sorted(str(p) for p in (corpus / "test").rglob("*.flac"))
 
 
-def test_transcribe_prints_a_line_per_file(trained, capsys):
+def test_transcribe_prints_a_line_per_file_with_its_name(trained, capsys):
     files = _test_files(trained["corpus"])
     assert main(["transcribe", "--ckpt", str(trained["ckpt"]), *files]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == len(files)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(files) >= 2
+    assert [line.split(": ", 1)[0] for line in lines] == files  # "file: text", as caption prints "file: caption"
 
 
 def test_transcribe_json_and_alignment_pngs(trained, capsys, tmp_path):
@@ -127,3 +129,14 @@ def test_transcribe_as_a_subprocess(trained):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["audio"] == files[0]
+
+
+def test_fit_help_shows_the_keep_punctuation_default_in_quotes(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--help"])
+    assert exit_.value.code == 0
+    help_text = capsys.readouterr().out
+    entry = help_text[help_text.index("  --data.keep_punctuation"):].split("\n  --")[0]  # its lines, up to the next option
+    entry = " ".join(entry.split())
+    assert entry.endswith("""(type: str, default: "'")"""), entry
+    assert "apostrophes by default" in entry

@@ -278,7 +278,7 @@ def find_meteor_jar() -> Path | None:
             return None
         jar = Path(value).expanduser()
         if not jar.is_file():
-            warnings.warn(f"{METEOR_JAR_ENV}={value} is not a file; METEOR is unavailable.")
+            _warn_once(f"{METEOR_JAR_ENV}={value} is not a file; METEOR is unavailable and reported as None.")
             return None
         return jar
     spec = importlib.util.find_spec("pycocoevalcap")
@@ -287,6 +287,27 @@ def find_meteor_jar() -> Path | None:
         if jar.is_file():
             return jar
     return None
+
+
+_warned: set[str] = set()  # METEOR warnings already given in this process
+
+
+def _warn_once(message: str) -> None:
+    """Warn about what METEOR lacks once per process, not at every validation."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+def _warn_missing(java: bool, jar: bool) -> None:
+    """Say (once) that METEOR cannot run, naming what is missing: Java, the jar, or both."""
+    missing = []
+    if java:
+        missing.append("Java (no `java` on PATH)")
+    if jar:
+        missing.append(f"the METEOR 1.5 jar (set {METEOR_JAR_ENV} to meteor-1.5.jar, or install pycocoevalcap)")
+    if missing:
+        _warn_once(f"METEOR needs {' and '.join(missing)}; it is reported as None.")
 
 
 def _meteor_text(tokens: Tokens) -> str:
@@ -324,12 +345,17 @@ def meteor_score(
             ``None`` returned. (Default: ``1800``)
 
     Returns:
-        float or None: METEOR on a 0..1 scale; ``None`` (with a warning if METEOR was found
-        but failed) when Java or the jar is missing or the process fails. It never raises.
+        float or None: METEOR on a 0..1 scale; ``None`` when Java or the jar is missing (with a
+        warning, once per process, naming what is missing; none when an empty
+        ``ATTEND_METEOR_JAR`` turned METEOR off) or the process fails (with a warning). It never
+        raises.
     """
+    turned_off = jar is None and os.environ.get(METEOR_JAR_ENV) == ""
     jar = Path(jar) if jar is not None else find_meteor_jar()
     java = shutil.which("java")
     if jar is None or java is None:
+        if not turned_off:  # a wrong ATTEND_METEOR_JAR was named by find_meteor_jar already
+            _warn_missing(java=java is None, jar=jar is None and METEOR_JAR_ENV not in os.environ)
         return None
     command = [java, "-Xmx2G", "-jar", str(jar), "-", "-", "-stdio", "-l", "en", "-norm"]
     try:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import math
 import textwrap
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
@@ -48,10 +51,20 @@ def _to_rgb(image: np.ndarray | Image.Image) -> np.ndarray:
     return image
 
 
+@contextmanager
+def _boxes_for_missing_glyphs() -> Iterator[None]:
+    """Draw characters the font lacks (a Japanese file name in a title) as boxes, without
+    matplotlib's warning per character, which would bury a command's own output."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+        yield
+
+
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    with _boxes_for_missing_glyphs():
+        fig.savefig(path, format="png")
     return path
 
 
@@ -166,7 +179,8 @@ def save_alignment(
         frame_seconds (float or None, optional): duration of one input frame after any
             downsampling (e.g. ``0.08`` for 10 ms frames reduced 8x by a pyramidal listener);
             the x axis is then in seconds. (Default: ``None``, the x axis counts frames)
-        title (str or None, optional): figure title. (Default: ``None``)
+        title (str or None, optional): figure title, wrapped to the figure's width (at most
+            three lines). (Default: ``None``)
 
     Returns:
         Path: ``path``.
@@ -205,8 +219,29 @@ def save_alignment(
         ax.set_yticklabels(["␣" if label == " " else label for label in output_labels],
                            fontsize=7)
     if title:
-        ax.set_title(title)
+        _fitted_suptitle(fig, title)
     return _save(fig, path)
+
+
+def _fitted_suptitle(fig: Figure, title: str, fontsize: float = 11.0, max_lines: int = 3) -> None:
+    """Set ``title`` over the figure, wrapped to its width and cut to ``max_lines`` lines ("…").
+
+    A file name has no spaces to wrap at, so long words are broken too. Lines are first cut at
+    the width of an average character, then measured and narrowed until they fit, because wide
+    characters (W, CJK) take more room. Centred on the figure, not on the axes: the axes sit
+    left of the colour bar, so a title as wide as the figure would run off its left edge there.
+    """
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    room = 0.96 * fig.bbox.width  # pixels
+    columns = max(8, int(room / (0.6 * fontsize * fig.dpi / 72)))  # an average character: 0.6 em
+    while True:
+        lines = textwrap.wrap(title, columns, max_lines=max_lines, placeholder=" …")
+        text = fig.suptitle("\n".join(lines), fontsize=fontsize)
+        with _boxes_for_missing_glyphs():
+            width = text.get_window_extent(renderer).width
+        if columns == 8 or width <= room:
+            return
+        columns = max(8, int(columns * 0.85))
 
 
 def save_curves(
