@@ -102,7 +102,7 @@ def _curves(run_dir: Path, main_metric: str) -> dict[str, list[tuple[int, float]
 
 
 def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
-    from shared.plots import save_curves
+    from shared.evaluation.plots import save_curves
 
     data_dir, config = data_root / "shapes", "configs/show_attend/demo.yaml"
     _stage("Captioner 1/3: built-in shapes data")
@@ -141,7 +141,7 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
 
 
 def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
-    from shared.plots import save_curves
+    from shared.evaluation.plots import save_curves
     from speech_attend.corpora import read_librispeech
 
     data_dir, config = data_root / "synth", "configs/speech_attend/demo.yaml"

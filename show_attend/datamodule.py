@@ -128,7 +128,7 @@ class CaptionDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None or trainer.is_global_zero:
             if cache.load(name, len(records)) is None:
-                device = next(encoder.parameters()).device
+                device = next((p.device for p in encoder.parameters()), torch.device("cpu"))
                 was_training = encoder.training
                 encoder.eval()
                 try:

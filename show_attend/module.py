@@ -159,7 +159,8 @@ class CaptionerModule(AttendModule):
         else:
             task = nll.mean()
         loss = task + self.hparams.doubly_stochastic * penalty.mean()
-        return loss, {"loss": loss, "token_nll": nll.sum() / lengths.sum(), "attention_penalty": penalty.mean()}
+        item_loss = (nll + self.hparams.doubly_stochastic * penalty).detach()  # (B,): the loss of each caption
+        return loss, {"loss": loss, "token_nll": nll.sum() / lengths.sum(), "attention_penalty": penalty.mean(), "item_loss": item_loss}
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         if not batch["batch_size"]:  # every image of the batch was unreadable (logged by SkipBadSamples)
@@ -194,10 +195,12 @@ class CaptionerModule(AttendModule):
         loss, logs = self.loss(batch, features=features)  # teacher-forced, logged for reference only
         self.log(f"{stage}/token_nll", logs["token_nll"], batch_size=batch["batch_size"], sync_dist=True)
         records = []
+        item_losses = logs["item_loss"].tolist()
         for i, hyp in enumerate(self.model.generate(features)):  # the metrics see decoded captions only
             tokens = self.model.vocabulary.decode(hyp.tokens)
             records.append({
                 "key": batch["keys"][i],
+                "loss": item_losses[i],
                 "caption": " ".join(tokens),
                 "tokens": tokens,
                 "references": batch["references"][i],
@@ -205,7 +208,7 @@ class CaptionerModule(AttendModule):
                 "size": batch["sizes"][i],
                 "attention": hyp.attention.view(-1, *self.model.grid).cpu() if hyp.attention is not None else None,
             })
-        self.add_evaluation(stage, records, loss, batch["batch_size"])
+        self.add_evaluation(stage, records, loss)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._evaluation_step(batch, "val")

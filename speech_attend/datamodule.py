@@ -165,14 +165,14 @@ class SpeechDataModule(pl.LightningDataModule):
                 utterance = dataset.utterances[index]
                 raise ValueError(
                     f"{utterance.audio_path}: the {split} transcript of {utterance.utt_id} has characters outside the "
-                    f"model's vocabulary: {_listed(missing)}; expected only those characters (or set data.oov_policy: drop)"
+                    f"vocabulary of the training text: {_listed(missing)}; expected only those characters (or set data.oov_policy: drop)"
                 )
             dataset.texts[index] = map_out_of_vocabulary(text, charset, policy="drop")
             changed += 1
             unknown.update(missing)
         if changed:
             rank_zero_warn(
-                f"{changed} of {len(dataset)} {split} transcripts have characters outside the model's vocabulary "
+                f"{changed} of {len(dataset)} {split} transcripts have characters outside the vocabulary of the training text "
                 f"({_listed(sorted(unknown))}); those characters were dropped (data.oov_policy: drop)"
             )
         return dataset

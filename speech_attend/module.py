@@ -176,14 +176,18 @@ class RecognizerModule(AttendModule):
             outputs[i, : len(x)], outputs[i, len(x)] = x, eos
         return inputs.to(self.device), outputs.to(self.device), lengths.to(self.device)
 
-    def _loss(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def _loss(self, batch: Batch, per_item: bool = False) -> dict[str, torch.Tensor]:
+        """The loss of a batch and its terms; with ``per_item``, also ``item_loss`` `(B,)`: each
+        utterance's loss, its tokens' mean cross-entropy and its CTC loss per label."""
         inputs, outputs, label_lengths = self._targets(batch.texts)
         out = self.model(batch.waveforms, batch.lengths, inputs, self.sampling_probability())
-        attention_loss = F.cross_entropy(
-            out["logits"].float().transpose(1, 2), outputs,
-            ignore_index=self.vocabulary.pad_id, label_smoothing=self.hparams.label_smoothing,
-        )
+        logits = out["logits"].float().transpose(1, 2)  # (B, V, U)
+        smoothing, pad = self.hparams.label_smoothing, self.vocabulary.pad_id
+        attention_loss = F.cross_entropy(logits, outputs, ignore_index=pad, label_smoothing=smoothing)
         losses = {"attention_loss": attention_loss}
+        if per_item:
+            token_losses = F.cross_entropy(logits, outputs, ignore_index=pad, label_smoothing=smoothing, reduction="none")
+            losses["item_loss"] = token_losses.sum(1) / (outputs != pad).sum(1)  # (B,)
         guided = self.guided_attention_weight() if self.training else 0.0
         if guided > 0:
             losses["guided_attention_loss"] = self._guided_attention_loss(
@@ -192,12 +196,14 @@ class RecognizerModule(AttendModule):
         weight = self.ctc_weight()
         if weight > 0:
             labels = outputs.masked_fill(outputs == self.vocabulary.eos_id, self.vocabulary.pad_id)
-            ctc_loss = F.ctc_loss(
-                out["ctc_log_probs"].transpose(0, 1), labels, out["ctc_lengths"], label_lengths,
-                blank=LAS.blank_id, reduction="mean", zero_infinity=True,  # mean: per label, like the CE
-            )
+            ctc = {"log_probs": out["ctc_log_probs"].transpose(0, 1), "targets": labels, "input_lengths": out["ctc_lengths"],
+                   "target_lengths": label_lengths, "blank": LAS.blank_id, "zero_infinity": True}
+            ctc_loss = F.ctc_loss(**ctc, reduction="mean")  # mean: per label, like the CE
             losses["ctc_loss"] = ctc_loss
             losses["loss"] = (1 - weight) * attention_loss + weight * ctc_loss
+            if per_item:
+                item_ctc = F.ctc_loss(**ctc, reduction="none") / label_lengths.clamp_min(1)  # (B,)
+                losses["item_loss"] = (1 - weight) * losses["item_loss"] + weight * item_ctc
         else:
             losses["loss"] = attention_loss
         if guided > 0:
@@ -234,11 +240,14 @@ class RecognizerModule(AttendModule):
     def _evaluation_step(self, batch: Batch, stage: str) -> None:
         if not batch.batch_size:
             return
-        losses = self._loss(batch)
+        losses = self._loss(batch, per_item=True)
         beam = self.decoding.val_beam_size if stage == "val" else self.decoding.beam_size
         texts, _, _ = self.transcribe_batch(batch.waveforms, batch.lengths, beam)
-        records = [{"key": key, "reference": reference, "text": text} for key, reference, text in zip(batch.keys, batch.texts, texts)]
-        self.add_evaluation(stage, records, losses["loss"], batch.batch_size)
+        records = [
+            {"key": key, "loss": loss, "reference": reference, "text": text}
+            for key, loss, reference, text in zip(batch.keys, losses["item_loss"].tolist(), batch.texts, texts)
+        ]
+        self.add_evaluation(stage, records, losses["loss"])
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluation_step(batch, "val")

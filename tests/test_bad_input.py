@@ -27,9 +27,10 @@ import yaml
 from PIL import Image
 
 from show_attend.cli import main as show_attend
-from show_attend.data import CaptionDataModule, collate, read_karpathy
+from show_attend.data import collate, read_karpathy
+from show_attend.datamodule import CaptionDataModule
 from speech_attend.cli import main as speech_attend
-from speech_attend.data import SpeechDataModule
+from speech_attend.datamodule import SpeechDataModule
 from tiny import tiny_speech_config
 
 LOG_NAME = "skipped_samples.log"
@@ -147,11 +148,11 @@ def caption_run(tiny_shapes, tmp_path_factory) -> dict:
 def test_captioner_fit_skips_and_logs_unreadable_images_and_saves_a_checkpoint(caption_run):
     assert caption_run["code"] == 0
     logs = list(caption_run["run"].rglob(LOG_NAME))
-    assert [p.relative_to(caption_run["run"]).parts[:2] for p in logs] == [("logs", "version_0")]
+    assert [p.relative_to(caption_run["run"]).parts[:1] for p in logs] == [("version_0",)]
     skipped = _skipped(logs[0])
     assert set(skipped) == caption_run["bad"] and len(logs[0].read_text().splitlines()) == 3  # one epoch: once each
     assert all("not a readable image" in reason for reason in skipped.values())
-    checkpoint = torch.load(caption_run["run"] / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    checkpoint = torch.load(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert checkpoint["global_step"] == 3
 
 
@@ -164,7 +165,7 @@ def test_captioner_fit_with_too_many_unreadable_images_stops_in_one_line(tiny_sh
     capsys.readouterr()
     assert show_attend(["fit", "--config", str(config), "--bad_samples.min_samples", "16"]) == 2
     error = _one_line_error(capsys.readouterr().err, "show-attend")
-    log = tmp_path / "run" / "logs" / "version_0" / LOG_NAME
+    log = tmp_path / "run" / "version_0" / LOG_NAME
     assert "more than the limit of 1.0%" in error and str(log) in error
     skipped = _skipped(log)
     assert skipped and set(skipped) <= {str(p) for p in train[:12]}
@@ -177,10 +178,10 @@ def test_captioner_test_leaves_out_an_unreadable_test_image_and_logs_it(caption_
     _truncate(test_images[0])
     out = tmp_path / "run"
     args = ["test", "--config", str(caption_run["config"]), "--data.data_dir", str(data), "--trainer.default_root_dir", str(out),
-            "--ckpt_path", str(caption_run["run"] / "checkpoints" / "last.ckpt")]
+            "--ckpt_path", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt")]
     with pytest.warns(UserWarning, match="1 test sample"):
         assert show_attend(args) == 0
-    assert json.loads((out / "test_metrics.json").read_text())["images"] == 3
+    assert json.loads((out / "version_0" / "test_metrics.json").read_text())["items"] == 3
     (log,) = out.rglob(LOG_NAME)
     assert log.read_text().startswith(f"[test] {test_images[0]}\t")
 
@@ -189,13 +190,14 @@ def test_feature_cache_skips_an_unreadable_image_now_and_when_reused(tiny_shapes
     data, train = _shapes_copy(tiny_shapes, tmp_path)
     _truncate(train[5])
 
-    def encode(images: torch.Tensor) -> torch.Tensor:  # (B, 3, 32, 32) -> (B, 16, 3): a stand-in frozen encoder
-        return torch.nn.functional.avg_pool2d(images, 8).flatten(2).transpose(1, 2)
+    class Encode(torch.nn.Module):  # (B, 3, 32, 32) -> (B, 16, 3): a stand-in frozen encoder
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.avg_pool2d(images, 8).flatten(2).transpose(1, 2)
 
     cache = tmp_path / "cache"
     for attempt in ("write", "reuse"):
         datamodule = CaptionDataModule(str(data), image_size=32, batch_size=8, min_word_freq=1, feature_cache=str(cache))
-        datamodule.attach_feature_cache(encode, {"encoder": "avg_pool"})
+        datamodule.use_encoder(Encode())
         dataset = datamodule.dataset("train")
         bad = dataset[5]
         assert bad.path == str(train[5]) and "not a readable image" in bad.reason, attempt
@@ -215,7 +217,7 @@ def test_captioner_fit_with_a_feature_cache_skips_and_logs_an_unreadable_image(t
             "--bad_samples.min_samples", "16", "--bad_samples.max_fraction", "0.25"]
     assert show_attend(args) == 0
     assert len(list((tmp_path / "cache").glob("train-*.npy"))) == 1
-    skipped = _skipped(tmp_path / "run" / "logs" / "version_0" / LOG_NAME)
+    skipped = _skipped(tmp_path / "run" / "version_0" / LOG_NAME)
     assert list(skipped) == [str(train[0])] and "not a readable image" in skipped[str(train[0])]
 
 
@@ -276,7 +278,7 @@ def test_caption_of_an_empty_or_truncated_image_is_a_one_line_error(caption_run,
             picture.convert("RGB").save(image, quality=95)
         _truncate(image)
     capsys.readouterr()
-    assert show_attend(["caption", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), str(image)]) == 2
+    assert show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), str(image)]) == 2
     error = _one_line_error(capsys.readouterr().err, "show-attend")
     assert str(image) in error and "image" in error
 
@@ -299,7 +301,7 @@ def test_caption_reads_greyscale_rgba_16_bit_palette_and_odd_sizes(caption_run, 
         picture.save(tmp_path / name)
         paths.append(str(tmp_path / name))
     capsys.readouterr()
-    assert show_attend(["caption", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), "--json", *paths]) == 0
+    assert show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--json", *paths]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["image"] for line in lines] == paths
 
@@ -326,7 +328,7 @@ def test_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, cap
 ])
 def test_an_out_of_range_option_is_a_one_line_error_naming_it(caption_run, speech_run, tmp_path, capsys, prog, option, value):
     if prog == "show-attend":
-        code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), option, value, "x.png"])
+        code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), option, value, "x.png"])
     else:
         code = speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), option, value, "x.wav"])
     assert code == 2
@@ -343,7 +345,7 @@ def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(ca
     shutil.copy(images[1], folder / "a.PNG")
     (folder / "notes.txt").write_text("not an image")
     capsys.readouterr()
-    code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), "--json",
+    code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--json",
                         str(folder), str(tmp_path / "empty"), str(images[2])])
     out, err = capsys.readouterr()
     assert code == 2  # the folder without images
@@ -364,12 +366,12 @@ def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(ca
 def test_an_os_error_reads_path_then_reason(caption_run, tmp_path, capsys):
     taken = tmp_path / "out"
     taken.write_text("a file where the export folder should go")
-    assert show_attend(["export", "--ckpt", str(caption_run["run"] / "checkpoints" / "last.ckpt"), "--out", str(taken)]) == 2
+    assert show_attend(["export", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(taken)]) == 2
     assert _one_line_error(capsys.readouterr().err, "show-attend") == f"show-attend: error: {taken}: file exists"
 
 
 def test_the_other_apps_checkpoint_is_named_as_such(caption_run, speech_run, tmp_path, capsys):
-    captioner = caption_run["run"] / "checkpoints" / "last.ckpt"
+    captioner = caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"
     assert speech_attend(["transcribe", "--ckpt", str(captioner), str(tmp_path / "input.wav")]) == 2
     assert "a show-attend (captioner) model; transcribe needs a speech-attend model" in _one_line_error(capsys.readouterr().err, "speech-attend")
     assert show_attend(["caption", "--ckpt", str(speech_run["ckpt"]), str(tmp_path / "input.png")]) == 2
@@ -403,7 +405,7 @@ def test_prepare_into_a_path_that_is_a_file_is_a_one_line_error(tmp_path, capsys
 
 
 def _speech_config(folder: Path, **data) -> Path:
-    config = tiny_speech_config(trainer={"max_steps": 2, "logger": None}, data=data)  # the default CSV logger
+    config = tiny_speech_config(trainer={"max_steps": 2, "logger": None}, data=data)  # the run layout's CSV logger
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -453,7 +455,7 @@ def speech_run(tiny_synth, tmp_path_factory) -> dict:
 def test_recognizer_fit_skips_and_logs_unreadable_audio_and_saves_a_checkpoint(speech_run):
     assert speech_run["code"] == 0
     logs = list(speech_run["run"].rglob(LOG_NAME))
-    assert [p.relative_to(speech_run["run"]).parts[:2] for p in logs] == [("lightning_logs", "version_0")]
+    assert [p.relative_to(speech_run["run"]).parts[:1] for p in logs] == [("version_0",)]
     skipped = _skipped(logs[0])
     assert set(skipped) == set(speech_run["bad"]) and len(logs[0].read_text().splitlines()) == 2
     for path, reason in speech_run["bad"].items():
@@ -492,7 +494,7 @@ def test_recognizer_test_leaves_out_an_unusable_test_file_and_logs_it(speech_run
             "--trainer.default_root_dir", str(out), "--ckpt_path", str(speech_run["ckpt"])]
     with pytest.warns(UserWarning, match="1 test sample"):
         assert speech_attend(args) == 0
-    assert json.loads(next(out.rglob("test_metrics.json")).read_text())["utterances"] == 1
+    assert json.loads(next(out.rglob("test_metrics.json")).read_text())["items"] == 1
     (log,) = out.rglob(LOG_NAME)
     assert log.read_text().startswith(f"[test] {files['test'][0]}\t")
 
@@ -613,7 +615,7 @@ def test_recognizer_test_applies_the_policy_with_the_checkpoint_vocabulary(speec
     if policy == "drop":
         with pytest.warns(UserWarning, match=r"^1 of 2 test transcripts .*\('2', '4', 'é'\); those characters were dropped"):
             assert speech_attend(args) == 0
-        assert json.loads(next(out.rglob("test_metrics.json")).read_text())["utterances"] == 2
+        assert json.loads(next(out.rglob("test_metrics.json")).read_text())["items"] == 2
     else:
         capsys.readouterr()
         assert speech_attend(args) == 2

@@ -15,12 +15,13 @@ import torch
 from PIL import Image
 
 from shared import greedy_search
-from shared.checkpoint import export_folder, safe_torch_load
-from show_attend.caption import EXPORT_FORMAT, caption_images, load_captioner
-from show_attend.cli import main
-from show_attend.data import CaptionDataModule, DataError, collate, load_image, read_karpathy
+from shared.training.model_files import export_folder, safe_torch_load
+from show_attend.caption import APP, caption_images, load_captioner
+from show_attend.cli import EncoderToFeatureCache, main
+from show_attend.data import DataError, collate, load_image, read_karpathy
+from show_attend.datamodule import CaptionDataModule
 from show_attend.encoder import BACKBONES, Encoder, EncoderConfig, EncoderWeightsError
-from show_attend.module import Captioner, doubly_stochastic_penalty
+from show_attend.module import CaptionerModule, doubly_stochastic_penalty
 from show_attend.pointing import pointing_hits
 
 TINY_MODEL = {
@@ -40,9 +41,6 @@ trainer:
   enable_progress_bar: false
   enable_model_summary: false
   default_root_dir: {run_dir}
-  logger:
-    class_path: pytorch_lightning.loggers.CSVLogger
-    init_args: {{save_dir: {run_dir}, name: logs}}
 model:
   encoder: {json.dumps(TINY_MODEL["encoder"])}
   decoder: {json.dumps(TINY_MODEL["decoder"])}
@@ -61,16 +59,16 @@ data:
 
 @pytest.fixture(scope="module")
 def caption_trained(tiny_shapes, tmp_path_factory) -> Path:
-    """A run directory after `show-attend fit` of a tiny model for 8 steps."""
-    run_dir = tmp_path_factory.mktemp("run")
-    config = _tiny_config(run_dir / "tiny.yaml", tiny_shapes, run_dir)
+    """The run folder (``<root>/version_0``) after `show-attend fit` of a tiny model for 8 steps."""
+    root = tmp_path_factory.mktemp("run")
+    config = _tiny_config(root / "tiny.yaml", tiny_shapes, root)
     assert main(["fit", "--config", str(config)]) == 0
-    return run_dir
+    return root / "version_0"
 
 
-def _tiny_captioner(vocabulary: list[str], attention: str = "soft") -> Captioner:
+def _tiny_captioner(vocabulary: list[str], attention: str = "soft") -> CaptionerModule:
     decoder = {**TINY_MODEL["decoder"], "attention": attention}
-    return Captioner(vocabulary, encoder=TINY_MODEL["encoder"], decoder=decoder, image_size=32, beam_size=3, max_decode_length=10)
+    return CaptionerModule(vocabulary, encoder=TINY_MODEL["encoder"], decoder=decoder, image_size=32, beam_size=3, max_decode_length=10)
 
 
 def _batch(datamodule: CaptionDataModule, size: int = 8) -> dict:
@@ -195,8 +193,8 @@ def test_hard_attention_loss_gives_finite_gradients_to_the_attention(tiny_shapes
     torch.manual_seed(0)
     loss, logs = model.loss(_batch(datamodule), sample=True)
     loss.backward()
-    score = model.decoder.attention.score
-    for param in (score.v.weight, score.key_proj.weight, model.decoder.embedding.weight):
+    score = model.model.decoder.attention.score
+    for param in (score.v.weight, score.key_proj.weight, model.model.decoder.embedding.weight):
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0
     assert torch.isfinite(loss) and bool(model.baseline.initialised)
 
@@ -218,9 +216,9 @@ def test_a_few_training_steps_lower_the_loss(tiny_shapes):
 def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(3)
-    model = _tiny_captioner(datamodule.vocabulary_tokens).eval()
+    model = _tiny_captioner(datamodule.vocabulary_tokens).model.eval()
     with torch.no_grad():
-        features = model.encoder(_batch(datamodule, 6)["images"])
+        features = model.encode(_batch(datamodule, 6)["images"])
         memory, state = model.decoder.start(features)
         greedy = greedy_search(lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10)
     beam = model.generate(features, beam_size=1, max_length=10)
@@ -232,18 +230,19 @@ def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
 def test_a_caption_that_never_ends_has_exactly_max_length_words(tiny_shapes, tmp_path, capsys, max_length):
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(0)
-    model = _tiny_captioner(datamodule.vocabulary_tokens).eval()
+    module = _tiny_captioner(datamodule.vocabulary_tokens).eval()
+    model = module.model
     with torch.no_grad():
-        model.decoder.out_vocab.bias[model.vocab.eos_id] = -1e3  # <eos> is never among the likely words
+        model.decoder.out_vocab.bias[model.vocabulary.eos_id] = -1e3  # <eos> is never among the likely words
     # caption --max-length N
-    export_folder(tmp_path / "model", model.state_dict(), {"format": EXPORT_FORMAT, **dict(model.hparams)})
+    export_folder(tmp_path / "model", APP, model.state_dict(), dict(module.hparams))
     images = [str(p) for p in sorted((tiny_shapes / "images").glob("*.png"))[:2]]
     assert main(["caption", "--ckpt", str(tmp_path / "model"), "--max-length", str(max_length), "--json", *images]) == 0
     assert [len(json.loads(line)["tokens"]) for line in capsys.readouterr().out.splitlines()] == [max_length] * 2
     # validation and test: the model's max_decode_length
-    model.hparams.max_decode_length = max_length
+    model.config.max_decode_length = max_length
     with torch.no_grad():
-        captions = model.generate(model.encoder(_batch(datamodule, 4)["images"]))
+        captions = model.generate(model.encode(_batch(datamodule, 4)["images"]))
     assert [len(h.tokens) for h in captions] == [max_length] * 4
     assert all(h.finished and h.attention.shape == (max_length, 16) for h in captions)
 
@@ -273,15 +272,15 @@ def test_fit_leaves_a_last_checkpoint_at_max_steps_that_loads_safely(caption_tra
     checkpoint = safe_torch_load(caption_trained / "checkpoints" / "last.ckpt")  # weights_only=True
     assert checkpoint["global_step"] == 8  # saved at the end, not at the last validation (step 6)
     vocabulary = CaptionDataModule(str(tiny_shapes), min_word_freq=1).vocabulary_tokens
-    assert load_captioner(caption_trained / "checkpoints" / "last.ckpt").vocab.itos[4:] == vocabulary
+    assert load_captioner(caption_trained / "checkpoints" / "last.ckpt").vocabulary.itos[4:] == vocabulary
 
 
 def test_test_command_writes_metrics_json(caption_trained):
     checkpoint = caption_trained / "checkpoints" / "last.ckpt"
-    assert main(["test", "--config", str(caption_trained / "tiny.yaml"), "--ckpt_path", str(checkpoint)]) == 0
-    metrics = json.loads((caption_trained / "test_metrics.json").read_text())
+    assert main(["test", "--config", str(caption_trained.parent / "tiny.yaml"), "--ckpt_path", str(checkpoint)]) == 0
+    metrics = json.loads((caption_trained / "test_metrics.json").read_text())  # beside the checkpoint's run
     assert {"bleu1", "bleu4", "rouge_l", "cider", "exact_match", "pointing_accuracy"} <= set(metrics)
-    assert metrics["images"] == 4
+    assert metrics["items"] == 4
 
 
 def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_trained, tiny_shapes, tmp_path, capsys):
@@ -367,16 +366,17 @@ def test_frozen_encoder_features_are_cached_once_and_used_for_training(tiny_shap
 
     cache = tmp_path / "cache"
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, batch_size=8, min_word_freq=1, feature_cache=str(cache))
-    model = Captioner(
+    model = CaptionerModule(
         datamodule.vocabulary_tokens, encoder={"backbone": "vgg16", "pretrained": False, "grid_size": 2},
         decoder=TINY_MODEL["decoder"], image_size=32, beam_size=1, max_decode_length=5,
     )
-    trainer = pl.Trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False, callbacks=[EncoderToFeatureCache()],
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(model, datamodule)
-    assert sorted(p.name.split("-")[0] for p in cache.glob("*.npy")) == ["test", "train", "val"]
+    assert [p.name.split("-")[0] for p in cache.glob("*.npy")] == ["train"]  # the split fit used (no validation here)
     batch = collate([datamodule.dataset("train")[0]])
     assert "features" in batch and batch["features"].shape == (1, 4, 512)
     with torch.no_grad():  # the cached features are the encoder's, in float16
-        expected = model.encoder(collate([CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1).dataset("train")[0]])["images"])
+        images = collate([CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1).dataset("train")[0]])["images"]
+        expected = model.model.encode(images)
     torch.testing.assert_close(batch["features"], expected, atol=2e-2, rtol=1e-2)

@@ -1,12 +1,13 @@
 """Safe model loading and the shared command-line frame."""
 
+import json
 import os
 
 import pytest
 import torch
 
-from shared.checkpoint import CheckpointError, export_folder, load_model_files, safe_torch_load
-from shared.cli import run_app
+from shared.training.model_files import CheckpointError, export_folder, load_model_files, model_tag, safe_torch_load
+from shared.training.commands import run_app
 
 
 class _Payload:
@@ -22,25 +23,39 @@ class _Payload:
 def test_crafted_pickle_checkpoint_is_refused_and_nothing_in_it_runs(tmp_path):
     marker = tmp_path / "code-ran"
     path = tmp_path / "evil.ckpt"
-    torch.save({"state_dict": {}, "hyper_parameters": {"x": _Payload(str(marker))}}, path)
+    torch.save({"state_dict": {}, "hyper_parameters": {"x": _Payload(str(marker))}, **model_tag("show-attend")}, path)
     with pytest.raises(CheckpointError, match="evil.ckpt: refused to load"):
-        load_model_files(path)
+        load_model_files(path, "show-attend")
     assert not marker.exists()
 
 
-def test_plain_checkpoint_round_trips(tmp_path):
+def test_plain_checkpoint_round_trips_with_the_model_weights_only(tmp_path):
     path = tmp_path / "ok.ckpt"
-    torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": {"vocab": ["a", "b"], "dim": 4}}, path)
-    state, config = load_model_files(path)
-    assert torch.equal(state["w"], torch.ones(2)) and config == {"vocab": ["a", "b"], "dim": 4}
+    state_dict = {"model.w": torch.ones(2), "baseline.value": torch.zeros(())}  # a LightningModule's keys
+    torch.save({"state_dict": state_dict, "hyper_parameters": {"vocabulary": ["a", "b"], "dim": 4}, **model_tag("show-attend")}, path)
+    files = load_model_files(path, "show-attend")
+    assert list(files.state_dict) == ["w"] and torch.equal(files.state_dict["w"], torch.ones(2))
+    assert files.hyper_parameters == {"vocabulary": ["a", "b"], "dim": 4} and files.omitted is None
 
 
 def test_exported_folder_round_trips_with_no_pickle(tmp_path):
     shared_storage = torch.arange(6.0)
-    out = export_folder(tmp_path / "model", {"a": shared_storage[:3], "b": shared_storage}, {"name": "x"})
+    out = export_folder(tmp_path / "model", "speech-attend", {"a": shared_storage[:3], "b": shared_storage}, {"name": "x"})
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
-    state, config = load_model_files(out)
-    assert torch.equal(state["a"], torch.arange(3.0)) and config == {"name": "x"}
+    assert json.loads((out / "config.json").read_text()) == {"format": "attend/1", "app": "speech-attend", "hyper_parameters": {"name": "x"}}
+    files = load_model_files(out, "speech-attend")
+    assert torch.equal(files.state_dict["a"], torch.arange(3.0)) and files.hyper_parameters == {"name": "x"}
+
+
+@pytest.mark.parametrize("app, other", [("show-attend", "speech-attend"), ("speech-attend", "show-attend")])
+def test_a_model_of_the_other_app_or_of_no_app_is_named_as_such(tmp_path, app, other):
+    export_folder(tmp_path / "model", other, {"w": torch.ones(1)}, {})
+    verb = "caption" if app == "show-attend" else "transcribe"
+    with pytest.raises(CheckpointError, match=f"model: a {other} .*; {verb} needs a {app} model$"):
+        load_model_files(tmp_path / "model", app)
+    torch.save({"state_dict": {}, "hyper_parameters": {}}, tmp_path / "untagged.ckpt")
+    with pytest.raises(CheckpointError, match="untagged.ckpt: not an attend model"):
+        load_model_files(tmp_path / "untagged.ckpt", app)
 
 
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint at all"])
@@ -77,7 +92,7 @@ def test_a_truncated_checkpoint_is_not_readable(tmp_path):
 def test_incomplete_export_folder_is_reported(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(CheckpointError, match="model.safetensors"):
-        load_model_files(tmp_path)
+        load_model_files(tmp_path, "show-attend")
 
 
 def test_cli_turns_user_errors_into_one_line_and_exit_code_2(capsys):

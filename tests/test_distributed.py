@@ -78,7 +78,6 @@ def recognizer_ddp(tmp_path_factory) -> dict:
         "trainer": {
             **DDP, "max_steps": 4, "limit_val_batches": 1, "num_sanity_val_steps": 0,
             "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(run),
-            "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": str(run)}},
             "callbacks": [{"class_path": "test_distributed.RecordTrainingKeys", "init_args": {"out": str(root / "keys")}}],
         },
         "model": {
@@ -119,7 +118,7 @@ def test_recognizer_test_metrics_on_two_ranks_equal_one_process(recognizer_ddp, 
     assert speech_main([*common, *SINGLE, "--trainer.default_root_dir", str(tmp_path / "one"), "--trainer.logger", "false"]) == 0
     two = json.loads((tmp_path / "two" / "test_metrics.json").read_text())
     one = json.loads((tmp_path / "one" / "test_metrics.json").read_text())
-    assert one["utterances"] == two["utterances"] == 5
+    assert one["items"] == two["items"] == 5
     assert (two["wer"], two["cer"]) == (one["wer"], one["cer"])
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)  # the whole split's, not rank zero's share
 
@@ -148,7 +147,7 @@ def captioner_ddp(tmp_path_factory) -> dict:
         "data": {"data_dir": str(shapes), "image_size": 32, "batch_size": 8, "eval_batch_size": 1, "min_word_freq": 1},
     })
     _run_ddp("show_attend", ["fit", "--config", str(config)])
-    return {"root": root, "config": config, "ckpt": run / "checkpoints" / "last.ckpt"}
+    return {"root": root, "config": config, "ckpt": run / "version_0" / "checkpoints" / "last.ckpt"}
 
 
 def test_captioner_trains_on_two_ranks(captioner_ddp):
@@ -160,13 +159,13 @@ def test_captioner_test_metrics_on_two_ranks_equal_one_process(captioner_ddp, tm
     common = ["test", "--config", str(captioner_ddp["config"]), "--ckpt_path", str(captioner_ddp["ckpt"])]
     _run_ddp("show_attend", [*common, "--trainer.default_root_dir", str(tmp_path / "two")])
     assert caption_main([*common, *SINGLE, "--trainer.default_root_dir", str(tmp_path / "one")]) == 0
-    two = json.loads((tmp_path / "two" / "test_metrics.json").read_text())
-    one = json.loads((tmp_path / "one" / "test_metrics.json").read_text())
-    assert one["images"] == two["images"] == 5  # the padding's repeated image counted once
-    assert two.keys() == one.keys()
-    for name, value in one.items():  # None: a metric not computed (METEOR without Java)
-        assert two[name] == (value if value is None else pytest.approx(value, rel=1e-9)), name
-    assert (tmp_path / "two" / "test_captions.jsonl").read_text() == (tmp_path / "one" / "test_captions.jsonl").read_text()
+    two, one = tmp_path / "two" / "version_0", tmp_path / "one" / "version_0"
+    two_metrics, one_metrics = (json.loads((run / "test_metrics.json").read_text()) for run in (two, one))
+    assert one_metrics["items"] == two_metrics["items"] == 5  # the padding's repeated image counted once
+    assert two_metrics.keys() == one_metrics.keys()
+    for name, value in one_metrics.items():  # None: a metric not computed (METEOR without Java)
+        assert two_metrics[name] == (value if value is None else pytest.approx(value, rel=1e-9)), name
+    assert (two / "test_outputs.jsonl").read_text() == (one / "test_outputs.jsonl").read_text()
     # The comparison can catch a caption paired with the wrong image only if the captions differ.
-    captions = [json.loads(line)["caption"] for line in (tmp_path / "one" / "test_captions.jsonl").read_text().splitlines()]
+    captions = [json.loads(line)["caption"] for line in (one / "test_outputs.jsonl").read_text().splitlines()]
     assert len(set(captions)) > 1, f"the 200-step model wrote one caption for every test image: {captions[0]!r}"

@@ -14,20 +14,18 @@ import warnings
 
 import pytest
 
-from shared import metrics
-from shared.metrics import (
+from shared.evaluation import captions as metrics
+from shared.evaluation.captions import (
     METEOR_JAR_ENV,
     caption_metrics,
-    char_error_rate,
     cider_d,
     corpus_bleu,
     exact_match,
     meteor_score,
     rouge_l,
-    speech_metrics,
     tokenize_caption,
-    word_error_rate,
 )
+from shared.evaluation.speech import char_error_rate, speech_metrics, word_error_rate
 
 # Fixture A: 5 images, 2-5 references each; "soup" shares no 4-gram with its references.
 HYPOTHESES_A = {

@@ -25,17 +25,17 @@ import torch
 from PIL import Image, ImageDraw
 
 from shared import Vocabulary
-from shared.checkpoint import export_folder
-from show_attend.caption import EXPORT_FORMAT, CaptionResult, save_overlay
+from shared.training.model_files import export_folder
+from show_attend.caption import CaptionResult, save_overlay
 from show_attend.cli import main as show_attend
 from show_attend.data import CaptionDataset, CaptionRecord, ImageError, image_size, image_transform, load_image
-from show_attend.module import Captioner
+from show_attend.module import CaptionerModule
 from speech_attend.audio import AudioError, load_audio
 from speech_attend.cli import main as speech_attend
 from speech_attend.corpora import Utterance
 from speech_attend.data import SpeechDataset, collate
 from speech_attend.features import FeatureConfig, FeatureFrontend
-from speech_attend.module import build_model
+from speech_attend.model import build_recognizer
 from test_bad_input import CAPTION_MODEL, _one_line_error, _tone
 from tiny import TINY_SPEECH_CONFIG
 
@@ -51,12 +51,12 @@ def models(tmp_path_factory) -> dict[str, Path]:
     """The tiny captioner and recognizer of test_bad_input, untrained, exported as folders."""
     folder = tmp_path_factory.mktemp("odd_models")
     torch.manual_seed(0)
-    captioner = Captioner(["a", "red", "blue", "circle", "square", "left", "of"], image_size=32, **CAPTION_MODEL)
-    export_folder(folder / "captioner", captioner.state_dict(), {"format": EXPORT_FORMAT, **dict(captioner.hparams)})
+    captioner = CaptionerModule(["a", "red", "blue", "circle", "square", "left", "of"], image_size=32, **CAPTION_MODEL)
+    export_folder(folder / "captioner", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
     config = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")}
     config["vocabulary"] = list("abcdefghijklmnopqrstuvwxyz '")
-    recognizer, _, _ = build_model(config)
-    export_folder(folder / "recognizer", recognizer.state_dict(), {"format": "speech-attend", **config})
+    recognizer, _, _ = build_recognizer(config)
+    export_folder(folder / "recognizer", "speech-attend", recognizer.state_dict(), config)
     return {"captioner": folder / "captioner", "recognizer": folder / "recognizer"}
 
 
@@ -241,7 +241,7 @@ def test_a_photo_with_an_exif_orientation_is_seen_upright_by_every_reader(tmp_pa
     assert cached["size"] == (96, 48)
     # the overlay is drawn on the upright photo
     drawn = []
-    monkeypatch.setattr("shared.plots.save_caption_grid", lambda picture, *args: drawn.append(picture))
+    monkeypatch.setattr("shared.evaluation.plots.save_caption_grid", lambda picture, *args: drawn.append(picture))
     save_overlay(CaptionResult(photo, ["a"], torch.rand(1, 4, 4)), tmp_path / "overlay.png")
     assert drawn[0].shape == (48, 96, 3) and _red_left_of_blue(drawn[0])
 

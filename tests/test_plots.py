@@ -8,8 +8,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 from PIL import Image
 
-from shared import plots
-from shared.plots import overlay_attention, save_alignment, save_caption_grid, save_curves
+from shared.evaluation import plots
+from shared.evaluation.plots import overlay_attention, save_alignment, save_caption_grid, save_curves
 
 
 def _grey(height=48, width=64):

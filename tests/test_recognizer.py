@@ -11,7 +11,7 @@ from speech_attend.data import Batch
 from speech_attend.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.listener import Listener, _BLSTM
 from speech_attend.model import LAS, DecodeConfig, LASConfig
-from speech_attend.module import SpeechRecognizer
+from speech_attend.module import RecognizerModule
 from speech_attend.sampler import BucketBatchSampler
 from speech_attend.transcribe import split_at_pauses, split_at_quiet_points
 
@@ -160,7 +160,7 @@ def test_global_statistics_normalise_training_features():
 
 def _recognizer(**kwargs):
     torch.manual_seed(0)
-    module = SpeechRecognizer(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS, **kwargs)
+    module = RecognizerModule(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS, **kwargs)
     return module
 
 
@@ -199,7 +199,7 @@ def test_beam_search_with_one_beam_equals_greedy_decoding():
 
 
 def test_a_few_training_steps_lower_the_loss():
-    module = _recognizer(ctc_weight=0.3, label_smoothing=0.0, sampling_rate=0.0)
+    module = _recognizer(ctc_weight=0.3, label_smoothing=0.0, scheduled_sampling=0.0)
     module.train()
     optimizer = torch.optim.Adam(module.parameters(), lr=1e-2)
     batch = _batch()

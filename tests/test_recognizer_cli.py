@@ -46,7 +46,7 @@ def test_test_writes_metrics_json(trained):
                  "--trainer.default_root_dir", str(out), "--ckpt_path", str(trained["ckpt"])])
     assert code == 0
     metrics = json.loads(next(out.rglob("test_metrics.json")).read_text())
-    assert {"wer", "cer", "utterances"} <= set(metrics) and metrics["utterances"] == 2
+    assert {"wer", "cer", "items"} <= set(metrics) and metrics["items"] == 2
 
 
 def _test_files(corpus: Path) -> list[str]:
@@ -95,7 +95,11 @@ def test_export_then_transcribe_gives_the_same_text(trained, capsys):
     assert main(["export", "--ckpt", str(trained["ckpt"]), "--out", str(exported)]) == 0
     assert {p.name for p in exported.iterdir()} == {"model.safetensors", "config.json"}
     config = json.loads((exported / "config.json").read_text())
-    assert config["vocabulary"] and len(config["feature_statistics"]["mean"]) == 80
+    assert config["format"] == "attend/1" and config["app"] == "speech-attend" and config["hyper_parameters"]["vocabulary"]
+    from safetensors.torch import load_file
+
+    weights = load_file(str(exported / "model.safetensors"))
+    assert weights["frontend.norm.mean"].shape == (80,) and int(weights["frontend.norm.frames"]) > 0  # the statistics travel
     capsys.readouterr()
     files = _test_files(trained["corpus"])
     main(["transcribe", "--ckpt", str(trained["ckpt"]), *files])

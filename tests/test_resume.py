@@ -4,7 +4,7 @@ What is checked, on both apps' command lines with tiny models:
 
 * a run SIGKILLed after an end-of-epoch checkpoint and resumed ends with exactly the weights
   of a run never interrupted (the random generators travel in the checkpoint,
-  :class:`shared.resume.ExactResume`);
+  :class:`shared.training.resume.ExactResume`);
 * a run SIGKILLed at an arbitrary moment mid-epoch resumes and completes, continuing its
   optimizer and loss. Its weights are *not* those of an uninterrupted run: Lightning starts the
   interrupted epoch's loader again from the first batch (the apps' loaders hold no position),
@@ -12,7 +12,7 @@ What is checked, on both apps' command lines with tiny models:
 * SIGTERM saves ``last.ckpt`` at the step reached and exits with 143;
 * checkpoint files are replaced atomically: a process killed while writing one leaves the
   previous one whole. Lightning's own writer is atomic only when ``$TMPDIR`` shares the
-  checkpoint's filesystem (see :class:`shared.resume.AtomicCheckpointIO`).
+  checkpoint's filesystem (see :class:`shared.training.checkpoints.AtomicCheckpointIO`).
 
 The killed runs are separate processes (``python -m show_attend.cli`` / ``speech_attend.cli``);
 :class:`StallAtStep`, loaded by them from this file, holds a run at a chosen step so that the
@@ -34,11 +34,11 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
-from shared.resume import SIGTERM_EXIT_CODE, AtomicCheckpointIO
+from shared.training.checkpoints import SIGTERM_EXIT_CODE, AtomicCheckpointIO
 from show_attend.cli import main as caption_main
 from show_attend.shapes import prepare_shapes
+from shared.training.checkpoints import find_checkpoint
 from speech_attend.cli import main as speech_main
-from speech_attend.cli import newest_last_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -121,10 +121,11 @@ def _write_config(path: Path, config: dict, stall_at: int | None = None) -> Path
     return path
 
 
-def _train_losses(run_logs: Path, name: str) -> list[float]:
-    """The training losses a run logged (CSVLogger, every step), in order. A run that resumed
-    logs only the steps after its checkpoint; one that silently started over logs them all."""
-    with (run_logs / "metrics.csv").open() as f:
+def _train_losses(run: Path, name: str = "train/loss") -> list[float]:
+    """The training losses logged into a run's ``metrics.csv`` (every step), in order. A resumed
+    run appends the steps after its checkpoint to the interrupted run's rows; one that silently
+    started over would log the first steps a second time."""
+    with (run / "metrics.csv").open() as f:
         rows = [row for row in csv.DictReader(f) if row.get(name)]
     return [float(row[name]) for row in sorted(rows, key=lambda row: int(row["step"]))]
 
@@ -163,7 +164,7 @@ def test_captioner_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(
 
     run = tmp_path / "killed"
     config = _caption_config(shapes, run, 6)
-    last = run / "checkpoints" / "last.ckpt"
+    last = run / "version_0" / "checkpoints" / "last.ckpt"
     child = _start("show_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=3))], tmp_path / "b.log")
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "b.log")  # after epoch 0's checkpoint
@@ -175,16 +176,16 @@ def test_captioner_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(
 
     resume = _write_config(tmp_path / "c.yaml", config)
     assert caption_main(["fit", "--config", str(resume), "--ckpt_path", "last"]) == 0
-    assert _global_step(last) == 6
-    _assert_same_weights(straight / "checkpoints" / "last.ckpt", last)
-    # the same curve: the resumed steps' losses are the uninterrupted run's last three
-    assert _train_losses(run / "logs" / "version_1", "train_loss") == _train_losses(straight / "logs" / "version_0", "train_loss")[3:]
+    assert _global_step(last) == 6 and not (run / "version_1").exists()  # the run went on in its own folder
+    _assert_same_weights(straight / "version_0" / "checkpoints" / "last.ckpt", last)
+    # the same curve, in one file: the killed run's three steps, then the resumed three
+    assert _train_losses(run / "version_0") == _train_losses(straight / "version_0")
 
 
 def test_captioner_sigterm_saves_the_step_reached_and_exits_143_then_resumes(shapes, tmp_path):
     run = tmp_path / "run"
     config = _caption_config(shapes, run, 6)
-    last = run / "checkpoints" / "last.ckpt"
+    last = run / "version_0" / "checkpoints" / "last.ckpt"
     child = _start("show_attend", ["fit", "--config", str(_write_config(tmp_path / "a.yaml", config, stall_at=4))], tmp_path / "a.log")
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "a.log")
@@ -198,23 +199,20 @@ def test_captioner_sigterm_saves_the_step_reached_and_exits_143_then_resumes(sha
     assert checkpoint["global_step"] == 5 and checkpoint["optimizer_states"]
     assert caption_main(["fit", "--config", str(_write_config(tmp_path / "b.yaml", config)), "--ckpt_path", "last"]) == 0
     assert _global_step(last) == 6
-    assert len(_train_losses(run / "logs" / "version_1", "train_loss")) == 1
+    assert len(_train_losses(run / "version_0")) == 6  # five before SIGTERM, one after the resume
 
 
 # ---------------------------------------------------------------- recognizer
 
 
 def _speech_config(corpus: Path, run_dir: Path, max_steps: int, **trainer) -> dict:
-    """Batches of 4 from 8 utterances: an epoch is 2 steps. CSVLogger, as the shipped configs:
-    each run writes into its own ``lightning_logs/version_N``."""
+    """Batches of 4 from 8 utterances: an epoch is 2 steps. The shared run layout (``<root>/version_N``)."""
     return {
         "seed_everything": 0,
         "trainer": {
             "accelerator": "cpu", "devices": 1, "max_steps": max_steps, "limit_val_batches": 1,
             "log_every_n_steps": 1, "enable_progress_bar": False,  # sanity check on, as in the shipped configs
-            "enable_model_summary": False, "default_root_dir": str(run_dir),
-            "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": str(run_dir)}},
-            **trainer,
+            "enable_model_summary": False, "default_root_dir": str(run_dir), **trainer,
         },
         "model": {  # dropout and SpecAugment (by default on) draw from the random generators
             "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
@@ -226,15 +224,16 @@ def _speech_config(corpus: Path, run_dir: Path, max_steps: int, **trainer) -> di
     }
 
 
-def test_last_is_the_newest_last_checkpoint_of_any_version(tmp_path):
-    assert newest_last_checkpoint(tmp_path) is None
-    older, newer = (tmp_path / "lightning_logs" / f"version_{n}" / "checkpoints" / "last.ckpt" for n in (1, 0))
-    for path, when in ((older, 1_000_000), (newer, 2_000_000)):
-        path.parent.mkdir(parents=True)
+def test_last_and_best_are_the_newest_run_that_has_them(tmp_path):
+    assert find_checkpoint(tmp_path, "last") is None
+    for version, name in ((2, "last"), (10, "last"), (11, "last_good"), (3, "best")):
+        path = tmp_path / f"version_{version}" / "checkpoints" / f"{name}.ckpt"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
-        os.utime(path, (when, when))
-    (tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last_good.ckpt").write_bytes(b"")
-    assert newest_last_checkpoint(tmp_path) == newer
+    (tmp_path / "other" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "other" / "checkpoints" / "last.ckpt").write_bytes(b"")  # not a run of this root
+    assert find_checkpoint(tmp_path, "last") == tmp_path / "version_10" / "checkpoints" / "last.ckpt"  # 10 > 2, not by name
+    assert find_checkpoint(tmp_path, "best") == tmp_path / "version_3" / "checkpoints" / "best.ckpt"
 
 
 def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(tiny_synth, tmp_path):
@@ -243,22 +242,19 @@ def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights
 
     run = tmp_path / "killed"
     config = _speech_config(tiny_synth, run, 4)
-    first = run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = run / "version_0" / "checkpoints" / "last.ckpt"
     child = _start("speech_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=2))], tmp_path / "b.log")
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "b.log")  # after epoch 0's validation and checkpoint
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(TIMEOUT)
-    assert _global_step(first) == 2
+    assert _global_step(last) == 2
 
-    # The resumed run logs into version_1; "last" must still find version_0's checkpoint.
     assert speech_main(["fit", "--config", str(_write_config(tmp_path / "c.yaml", config)), "--ckpt_path", "last"]) == 0
-    resumed = run / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
-    assert _global_step(resumed) == 4
-    _assert_same_weights(straight / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", resumed)
-    straight_losses = _train_losses(straight / "lightning_logs" / "version_0", "train/loss")
-    assert _train_losses(run / "lightning_logs" / "version_1", "train/loss") == straight_losses[2:]
+    assert _global_step(last) == 4 and not (run / "version_1").exists()  # the run went on in its own folder
+    _assert_same_weights(straight / "version_0" / "checkpoints" / "last.ckpt", last)
+    assert _train_losses(run / "version_0") == _train_losses(straight / "version_0")
 
 
 def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(tiny_synth, tmp_path):
@@ -267,7 +263,7 @@ def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(tiny_syn
     config = _speech_config(tiny_synth, run, max_steps, val_check_interval=2)
     _write_config(tmp_path / "run.yaml", config)
     periodic = ["--checkpoint.every_n_train_steps", "1"]
-    last = run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = run / "version_0" / "checkpoints" / "last.ckpt"
     child = _start("speech_attend", ["fit", "--config", str(tmp_path / "run.yaml"), *periodic], tmp_path / "a.log")
     try:  # a checkpoint every step, so the kill most likely lands while one is being written
         _wait_for(lambda: last.is_file() and _global_step(last) >= 3, child, tmp_path / "a.log")
@@ -278,11 +274,10 @@ def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(tiny_syn
     assert 3 <= killed_at < max_steps
 
     assert speech_main(["fit", "--config", str(tmp_path / "run.yaml"), *periodic, "--ckpt_path", "last"]) == 0
-    resumed = torch.load(run / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    resumed = torch.load(last, map_location="cpu", weights_only=True)
     assert resumed["global_step"] == max_steps
     adam_steps = {int(state["step"]) for state in resumed["optimizer_states"][0]["state"].values()}
     assert adam_steps == {max_steps}  # the optimizer went on from its saved state, not from zero
-    assert len(_train_losses(run / "lightning_logs" / "version_1", "train/loss")) == max_steps - killed_at
 
 
 def test_recognizer_sigterm_saves_the_step_reached_and_exits_143(tiny_synth, tmp_path):
@@ -296,7 +291,7 @@ def test_recognizer_sigterm_saves_the_step_reached_and_exits_143(tiny_synth, tmp
     finally:
         child.kill()
     assert child.returncode == SIGTERM_EXIT_CODE, (tmp_path / "a.log").read_text()[-3000:]
-    assert _global_step(run / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt") == 4
+    assert _global_step(run / "version_0" / "checkpoints" / "last.ckpt") == 4
 
 
 def test_recognizer_sigterm_under_ddp_stops_every_rank_with_143_and_saves_the_step_reached(tiny_synth, tmp_path):
@@ -322,7 +317,7 @@ def test_recognizer_sigterm_under_ddp_stops_every_rank_with_143_and_saves_the_st
 
 _WRITER = """
 import itertools, sys, torch
-from shared.resume import AtomicCheckpointIO
+from shared.training.checkpoints import AtomicCheckpointIO
 io, target = AtomicCheckpointIO(), sys.argv[1]
 for i in itertools.count():
     io.save_checkpoint({"i": i, "w": torch.full((4_000_000,), float(i))}, target)

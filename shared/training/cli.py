@@ -53,14 +53,6 @@ def _quiet_lightning(record: logging.LogRecord) -> bool:
     return "litlogger" not in record.getMessage()
 
 
-def _check_config_files(args: list[str]) -> None:
-    """A ``--config`` file that is not there is one line here, not jsonargparse's page of usage."""
-    for i, arg in enumerate(args):
-        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.removeprefix("--config=") if arg.startswith("--config=") else None
-        if path is not None and not Path(path).is_file():
-            raise FileNotFoundError(f"{path}: config file not found (--config expects a YAML file such as those in configs/)")
-
-
 class AttendCLI(LightningCLI):
     """LightningCLI with the run layout, checkpoints and guards both apps share (module docstring).
 
@@ -137,7 +129,6 @@ def run_lightning(cli_class: type[AttendCLI], model_class: type, datamodule_clas
     down at the end, also after an error or SIGTERM: left to the interpreter's exit, gloo's
     worker threads are destroyed while still running and the process aborts after its work is done.
     """
-    _check_config_files(args)
     for pattern in _QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_quiet_lightning)

@@ -60,6 +60,14 @@ def expand_folders(paths: Sequence[str], suffixes: Sequence[str], kind: str) -> 
     return files, errors
 
 
+def _check_config_files(args: list[str]) -> None:
+    """A ``--config`` file that is not there is one line here, not jsonargparse's page of usage."""
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.removeprefix("--config=") if arg.startswith("--config=") else None
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: config file not found (--config expects a YAML file such as those in configs/)")
+
+
 def _quiet_broken_pipe() -> int:
     """The reader of our output went away: say nothing more, as ``cat file | head`` does."""
     try:
@@ -100,6 +108,7 @@ def run_app(
     try:
         if command in commands:
             return int(commands[command](rest) or 0)
+        _check_config_files(rest)
         lightning([command, *rest])
         return 0
     except BrokenPipeError:

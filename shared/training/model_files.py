@@ -123,7 +123,7 @@ def check_app_tag(tagged: dict, app: str, where: str | Path) -> None:
         raise CheckpointError(f"{where}: not an attend model (no '{FORMAT}' format tag); expected a file written by {app} fit or export")
     if found_app != app:
         verb = "caption" if app == "show-attend" else "transcribe"
-        raise CheckpointError(f"{where}: {_APP_NAMES[found_app]}; {verb} needs {_APP_NAMES[app].removeprefix('a ')}")
+        raise CheckpointError(f"{where}: {_APP_NAMES[found_app]}; {verb} needs a {app} model")
 
 
 class ModelFiles(NamedTuple):

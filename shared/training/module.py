@@ -4,7 +4,7 @@ that says which app a checkpoint belongs to.
 Validation and test decode every item (never teacher-forced) and score the split as a whole,
 as published numbers are computed (corpus BLEU, corpus WER), not as a mean of per-batch
 numbers. An app's module calls :meth:`AttendModule.add_evaluation` from its validation and
-test steps with one record per item (a dict with a unique ``key``) and implements
+test steps with one record per item (a dict with a unique ``key`` and the item's ``loss``) and implements
 :meth:`~AttendModule.evaluation_metrics` and :meth:`~AttendModule.output_line`; the base class
 gathers the records of every process (dropping the duplicates a distributed sampler pads
 with), logs ``<stage>/<metric>``, and after ``test`` writes ``test_metrics.json`` and
@@ -40,7 +40,6 @@ class AttendModule(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self._records: dict[str, list[dict]] = {}
-        self._loss_sums: dict[str, list[float]] = {}  # stage -> [sum of loss x items, items]
 
     # ------------------------------------------------------------------ the app's part
 
@@ -54,33 +53,31 @@ class AttendModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ the loop
 
-    def add_evaluation(self, stage: str, records: list[dict], loss: torch.Tensor, items: int) -> None:
-        """Keep a batch's decoded records and log its teacher-forced loss as ``<stage>/loss``."""
-        self.log(f"{stage}/loss", loss, batch_size=items, sync_dist=True)
-        sums = self._loss_sums.setdefault(stage, [0.0, 0])
-        sums[0] += float(loss) * items
-        sums[1] += items
+    def add_evaluation(self, stage: str, records: list[dict], loss: torch.Tensor) -> None:
+        """Keep a batch's decoded records (each with its item's ``loss``) and log the batch's
+        teacher-forced loss as ``<stage>/loss``."""
+        self.log(f"{stage}/loss", loss, batch_size=len(records), sync_dist=True)
         self._records.setdefault(stage, []).extend(records)
 
-    def _gathered(self, stage: str) -> tuple[list[dict], float, int]:
-        records, (loss_sum, items) = self._records.pop(stage, []), self._loss_sums.pop(stage, [0.0, 0])
+    def _gathered(self, stage: str) -> list[dict]:
+        records = self._records.pop(stage, [])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             everyone: list = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(everyone, (records, loss_sum, items))  # every rank scores the split
-            records = [record for part, _, _ in everyone for record in part]
-            loss_sum, items = sum(part[1] for part in everyone), sum(part[2] for part in everyone)
+            torch.distributed.all_gather_object(everyone, records)  # every rank scores the whole split
+            records = [record for part in everyone for record in part]
         unique = {record["key"]: record for record in records}  # a distributed sampler pads with repeats
-        return [unique[key] for key in sorted(unique)], loss_sum, items
+        return [unique[key] for key in sorted(unique)]
 
     def _finish_evaluation(self, stage: str) -> dict[str, Any]:
-        records, loss_sum, items = self._gathered(stage)
+        records = self._gathered(stage)
         if not records:
             return {}
         metrics = self.evaluation_metrics(records)
         for name, value in metrics.items():
             if value is not None:  # equal on every rank (gathered), so the sync is exact
                 self.log(f"{stage}/{name}", float(value), prog_bar=True, sync_dist=True)
-        results = {**metrics, "loss": loss_sum / items if items else None, "items": len(records)}
+        loss = sum(record["loss"] for record in records) / len(records)  # each item once, whatever the ranks
+        results = {**metrics, "loss": loss, "items": len(records)}
         if stage == "test":
             run_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # collective: every rank asks
             if self.trainer.is_global_zero:
@@ -97,10 +94,10 @@ class AttendModule(pl.LightningModule):
         rank_zero_info(f"test metrics written to {run_dir / TEST_METRICS_FILE}: {shown}")
 
     def on_validation_epoch_start(self) -> None:
-        self._records.pop("val", None), self._loss_sums.pop("val", None)
+        self._records.pop("val", None)
 
     def on_test_epoch_start(self) -> None:
-        self._records.pop("test", None), self._loss_sums.pop("test", None)
+        self._records.pop("test", None)
 
     def on_validation_epoch_end(self) -> None:
         self._finish_evaluation("val")
