@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
@@ -27,6 +28,7 @@ from shared import Vocabulary
 from shared.robust import BadSample, drop_bad_samples
 
 from .audio import AudioError, audio_duration, load_audio
+from .augment import AugmentConfig, AugmentedCollate
 from .corpora import Utterance, read_corpus
 from .sampler import BucketBatchSampler
 from .text import OOV_POLICIES, map_out_of_vocabulary, normalize_text, unknown_characters
@@ -210,6 +212,9 @@ class SpeechDataModule(pl.LightningDataModule):
             characters (:func:`~speech_attend.text.map_out_of_vocabulary`) and warns once per
             split with the number of transcripts changed and the characters; ``"error"`` stops
             ``setup`` with an error naming the utterance and the characters. (Default: ``"drop"``)
+        augment (AugmentConfig or None, optional): acoustic conditions drawn for every training
+            batch (:mod:`speech_attend.augment`); validation and test data are never augmented.
+            (Default: ``None``)
     """
 
     def __init__(
@@ -233,11 +238,14 @@ class SpeechDataModule(pl.LightningDataModule):
         curriculum_epochs: int = 0,
         seed: int = 0,
         oov_policy: str = "drop",
+        augment: AugmentConfig | None = None,
     ):
         super().__init__()
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["augment"])
+        self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
+        self.augment = augment
         self.data_dir = Path(data_dir)
         self.datasets: dict[str, SpeechDataset] = {}
         self.vocabulary: Vocabulary | None = None
@@ -326,8 +334,9 @@ class SpeechDataModule(pl.LightningDataModule):
             curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
+        augmented = name == "train" and self.augment is not None
         return DataLoader(
-            dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+            dataset, batch_sampler=sampler, collate_fn=AugmentedCollate(collate, self.augment) if augmented else collate, num_workers=workers,
             persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
         )
 

@@ -28,6 +28,7 @@ __all__ = ["pitch_shift", "formant_shift", "shift_voice"]
 _N_FFT = 512  # 32 ms at 16 kHz: resolves harmonics of voices down to about 60 Hz
 _HOP = 128
 _LIFTER_SECONDS = 0.0025  # quefrencies below 2.5 ms are the envelope; pitch periods are longer
+_PEAK_BINS = 5  # 156 Hz at 16 kHz: about one harmonic spacing, so the valleys between harmonics do not pull the envelope down
 _MAX_DENOMINATOR = 64  # rational approximation of the resampling ratio (error < 0.03 %)
 
 
@@ -77,8 +78,11 @@ def pitch_shift(wave: torch.Tensor, sample_rate: int, semitones: float) -> torch
 
 
 def _log_envelope(magnitude: torch.Tensor, lifter: int) -> torch.Tensor:
-    """Smooth log-magnitude envelope `(F, frames)` by cepstral liftering."""
-    cepstrum = torch.fft.irfft(torch.log(magnitude + 1e-8), n=_N_FFT, dim=0)  # (N, frames)
+    """Smooth log-magnitude envelope `(F, frames)`: a running maximum over ``_PEAK_BINS`` (it
+    follows the harmonic peaks), smoothed by cepstral liftering."""
+    log = torch.log(magnitude + 1e-8)  # (F, frames)
+    peaks = torch.nn.functional.max_pool1d(log.T[:, None], _PEAK_BINS, stride=1, padding=_PEAK_BINS // 2)[:, 0].T
+    cepstrum = torch.fft.irfft(peaks, n=_N_FFT, dim=0)  # (N, frames)
     keep = torch.zeros(_N_FFT, 1)
     keep[:lifter] = 1
     keep[-lifter + 1:] = 1  # the cepstrum of a real spectrum is symmetric
