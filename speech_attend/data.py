@@ -243,6 +243,8 @@ class SpeechDataModule(pl.LightningDataModule):
         super().__init__()
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
+        if augment is not None and augment.sample_rate != sample_rate:
+            raise ValueError(f"augment.sample_rate must equal the data's sample_rate {sample_rate}, got {augment.sample_rate}")
         self.save_hyperparameters(ignore=["augment"])
         self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
         self.augment = augment

@@ -146,6 +146,8 @@ def test_augment_batch_keeps_lengths_exact_and_output_finite_within_one():
     assert torch.equal(same_lengths, lengths)
     with pytest.raises(ValueError, match="speed_prob"):
         AugmentConfig(speed_prob=1.5)
+    with pytest.raises(ValueError, match="sample_rate"):
+        SpeechDataModule("unused", sample_rate=16000, augment=AugmentConfig(sample_rate=8000, low_rates=(4000,)))
 
 
 def test_only_training_batches_are_augmented(tiny_synth):
