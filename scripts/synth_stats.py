@@ -1,11 +1,15 @@
 """Listening by numbers: statistics of a corpus from ``speech-attend prepare synth``, and synthesis speed.
 
-    python scripts/synth_stats.py --corpus DIR [--json]
+    python scripts/synth_stats.py --corpus DIR
+    python scripts/synth_stats.py --text
     python scripts/synth_stats.py --speed [--sentences 40]
 
 ``--corpus``: utterances per split and engine, distinct words, the share of dev and test words
 (running words and distinct words) never in the training transcripts, durations (percentiles),
 peak and RMS levels, clipped samples (|x| >= 0.999) and non-finite samples, per engine.
+``--text``: the WordNet text: sentences and distinct words per split, and the share of dev and
+test words never in the training sentences that a corpus of 4000, 20000 or all training
+utterances speaks.
 ``--speed``: seconds of audio made per second of one CPU core by each engine (eSpeak NG and, when
 installed, piper with its pitch and formant shift), over WordNet training sentences.
 """
@@ -74,6 +78,20 @@ def corpus_statistics(corpus: Path) -> dict:
     return stats
 
 
+def text_statistics() -> dict:
+    """Sentences, distinct words and OOV rates of the WordNet text, for corpora of several sizes."""
+    pools = synth._sentence_pools("wordnet", seed=0)  # in the order a seed-0 corpus speaks them
+    stats: dict = {
+        "sentences": {split: len(pool) for split, pool in pools.items()},
+        "distinct_words": {split: len({w for s in pool for w in s.split()}) for split, pool in pools.items()},
+        "words_per_sentence": _percentiles([len(s.split()) for pool in pools.values() for s in pool]),
+    }
+    for size in (4000, 20000, len(pools["train"])):
+        train = pools["train"][:size]
+        stats[f"oov_with_{size}_training_sentences"] = {split: oov_rates(train, pools[split]) for split in ("dev", "test")}
+    return stats
+
+
 def synthesis_speed(count: int) -> dict:
     """Seconds of 16 kHz audio per second of one core, per engine, on WordNet training sentences."""
     torch.set_num_threads(1)
@@ -100,12 +118,15 @@ def synthesis_speed(count: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, help="a folder written by speech-attend prepare synth")
+    parser.add_argument("--text", action="store_true", help="statistics of the WordNet text")
     parser.add_argument("--speed", action="store_true", help="measure synthesis speed on one core")
     parser.add_argument("--sentences", type=int, default=40, help="sentences per engine for --speed (default: 40)")
     args = parser.parse_args(argv)
-    if not args.corpus and not args.speed:
-        parser.error("give --corpus DIR and/or --speed")
+    if not (args.corpus or args.text or args.speed):
+        parser.error("give --corpus DIR, --text and/or --speed")
     result = {}
+    if args.text:
+        result["text"] = text_statistics()
     if args.corpus:
         result["corpus"] = corpus_statistics(args.corpus)
     if args.speed:
