@@ -41,6 +41,7 @@ PACKAGES = {
     "flite": "flite",
     "festival": "festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts",
 }
+_VOICES = {"flite": FLITE_VOICES, "festival": FESTIVAL_VOICES}
 _PROGRAMS = {"flite": "flite", "festival": "text2wave"}
 _SPEAKER_BASE = {"flite": 7000, "festival": 7100}
 _CHAPTER = 2  # the dev chapter of the built-in corpus
@@ -82,17 +83,16 @@ def _speak(engine: str, voice: str, text: str, wav: Path) -> None:
 def _write_group(out: Path, engine: str, sentences: list[str], rng: random.Random) -> int:
     names = voices(engine)
     if not names:
-        raise EngineMissing(f"{engine} has none of the voices {', '.join(FLITE_VOICES if engine == 'flite' else FESTIVAL_VOICES)}; "
+        raise EngineMissing(f"{engine} has none of the voices {', '.join(_VOICES[engine])}; "
                             f"install the Debian packages: apt-get install {PACKAGES[engine]}")
     lines: dict[Path, list[str]] = {}
     counters: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for sentence in sentences:
-            index = rng.randrange(len(names))
-            speaker = str(_SPEAKER_BASE[engine] + FLITE_VOICES.index(names[index]) if engine == "flite"
-                          else _SPEAKER_BASE[engine] + FESTIVAL_VOICES.index(names[index]))
+            voice = names[rng.randrange(len(names))]
+            speaker = str(_SPEAKER_BASE[engine] + _VOICES[engine].index(voice))  # one speaker id per voice
             wav = Path(tmp) / "out.wav"
-            _speak(engine, names[index], sentence, wav)
+            _speak(engine, voice, sentence, wav)
             wave = load_audio(wav, SAMPLE_RATE).numpy()
             peak = float(np.abs(wave).max()) if wave.size else 0.0
             if peak > _MAX_PEAK:

