@@ -1,7 +1,7 @@
 """``speech-attend``: train, evaluate, prepare data, transcribe and export.
 
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
-    speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S]
+    speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
     speech-attend transcribe --ckpt CKPT AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]
     speech-attend export --ckpt CKPT --out DIR
 
@@ -80,18 +80,23 @@ def _lightning(args: list[str]) -> None:
 
 def _prepare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Prepare built-in data.")
-    parser.add_argument("corpus", choices=["synth"], help="synth: sentences spoken by espeak-ng, LibriSpeech layout")
+    parser.add_argument("corpus", choices=["synth"], help="synth: sentences spoken by synthesisers, LibriSpeech layout")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
     parser.add_argument("--dev", type=int, default=200, help="validation utterances, unseen voices (default 200)")
     parser.add_argument("--test", type=int, default=200, help="test utterances, unseen voices (default 200)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--text", choices=["templates", "wordnet"], default="templates",
+                        help="templates: the light 710-word grammar (default); wordnet: natural sentences, ~30,000 words")
+    parser.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
     args = parser.parse_args(argv)
     from .synth import prepare_synth
 
-    out = prepare_synth(args.out, train=args.train, dev=args.dev, test=args.test, seed=args.seed, progress=True)
-    print(f"synthetic corpus ready in {out} (train {args.train}, dev {args.dev}, test {args.test}); "
-          f"train with --data.data_dir {out}")
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    out = prepare_synth(args.out, train=args.train, dev=args.dev, test=args.test, seed=args.seed, progress=True,
+                        text=args.text, engines=engines)
+    print(f"synthetic corpus ready in {out} (train {args.train}, dev {args.dev}, test {args.test}; text {args.text}, "
+          f"engines {','.join(engines)}); train with --data.data_dir {out}")
     return 0
 
 

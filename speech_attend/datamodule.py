@@ -10,6 +10,7 @@ fits easily), so each file is decoded once per run instead of once per epoch.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
@@ -20,6 +21,7 @@ from torch.utils.data import DataLoader
 
 from shared import Vocabulary
 
+from .augment import AugmentConfig, AugmentedCollate
 from .corpora import read_corpus
 from .data import SpeechDataset, build_vocabulary, collate
 from .sampler import BucketBatchSampler
@@ -64,6 +66,9 @@ class SpeechDataModule(pl.LightningDataModule):
             (:func:`~speech_attend.text.map_out_of_vocabulary`) and warns once per split with the
             number of transcripts changed and the characters; ``"error"`` stops ``setup`` with an
             error naming the utterance and the characters. (Default: ``"drop"``)
+        augment (AugmentConfig or None, optional): acoustic conditions drawn for every training
+            batch (:mod:`speech_attend.augment`); validation and test data are never augmented.
+            (Default: ``None``)
         vocabulary (list of str or None, optional): the characters, when they come from a
             checkpoint rather than from the training text; set by the command line. (Default: ``None``)
     """
@@ -89,12 +94,17 @@ class SpeechDataModule(pl.LightningDataModule):
         curriculum_epochs: int = 0,
         seed: int = 0,
         oov_policy: str = "drop",
+        augment: AugmentConfig | None = None,
         vocabulary: list[str] | None = None,
     ):
         super().__init__()
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
-        self.save_hyperparameters(ignore=["vocabulary"])
+        if augment is not None:
+            augment.check(sample_rate)
+        self.save_hyperparameters(ignore=["vocabulary", "augment"])
+        self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
+        self.augment = augment
         self.data_dir = Path(data_dir)
         self.datasets: dict[str, SpeechDataset] = {}
         self._vocabulary = Vocabulary(vocabulary) if vocabulary else None
@@ -198,8 +208,10 @@ class SpeechDataModule(pl.LightningDataModule):
             curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
+        augmented = name == "train" and self.augment is not None  # never the validation or test audio
         return DataLoader(
-            dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+            dataset, batch_sampler=sampler, num_workers=workers,
+            collate_fn=AugmentedCollate(collate, self.augment, self.hparams.sample_rate) if augmented else collate,
             persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
         )
 

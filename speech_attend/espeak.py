@@ -32,7 +32,7 @@ from pathlib import Path
 import espeakng_loader
 import numpy as np
 
-__all__ = ["EspeakError", "synthesize", "ESPEAK_SAMPLE_RATE"]
+__all__ = ["EspeakError", "synthesize", "english_voices", "voice_variants", "ESPEAK_SAMPLE_RATE"]
 
 ESPEAK_SAMPLE_RATE = 22050  # what espeak_Initialize returns for every non-MBROLA voice
 
@@ -41,7 +41,7 @@ _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _INITIALIZE_DONT_EXIT = 0x8000  # report missing data as an error instead of calling exit()
 _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
-_PARAM_RATE, _PARAM_VOLUME, _PARAM_PITCH = 1, 2, 3
+_PARAM_RATE, _PARAM_VOLUME, _PARAM_PITCH, _PARAM_RANGE, _PARAM_WORDGAP = 1, 2, 3, 4, 7
 _EE_OK = 0
 
 # int (*t_espeak_callback)(short *wav, int numsamples, espeak_EVENT *events): return 0 to go on.
@@ -117,6 +117,41 @@ class _Engine:
 _ENGINE = _Engine()
 
 
+# Reads the Shavian alphabet; for Latin-script text it speaks exactly as ``gmw/en`` does, so it
+# would only add copies of that voice's speakers.
+_SAME_AS_ANOTHER_VOICE = {"gmw/en-Shaw"}
+
+
+def english_voices() -> list[str]:
+    """Every English voice of the installed espeak-ng data, as ids for :func:`synthesize`.
+
+    The voice files are ``espeak-ng-data/lang/<family>/en*`` (``gmw/en``, ``gmw/en-US``,
+    ``gmw/en-GB-scotland``, ...); ``gmw/en-Shaw`` is left out (it speaks Latin-script text as
+    ``gmw/en`` does).
+
+    Returns:
+        list of str: sorted voice ids.
+    """
+    lang = Path(espeakng_loader.get_data_path()) / "lang"
+    voices = {
+        path.relative_to(lang).as_posix() for path in lang.glob("*/en*") if path.is_file()
+    }
+    return sorted(voices - _SAME_AS_ANOTHER_VOICE)
+
+
+def voice_variants() -> list[str]:
+    """Every voice variant of the installed espeak-ng data (``m1``, ``f3``, ``klatt``, ``whisper``, ...).
+
+    A variant changes the voice's pitch, formants, breathiness, roughness or synthesiser
+    (``klatt*``) and combines with any voice as ``"<voice>+<variant>"``.
+
+    Returns:
+        list of str: the file names of ``espeak-ng-data/voices/!v``, sorted.
+    """
+    folder = Path(espeakng_loader.get_data_path()) / "voices" / "!v"
+    return sorted(path.name for path in folder.iterdir() if path.is_file())
+
+
 def _check(status: int, what: str) -> None:
     if status != _EE_OK:
         raise EspeakError(f"{what} failed with espeak error {status}")
@@ -136,6 +171,8 @@ def synthesize(
     pitch: int = 50,
     volume: int = 100,
     seed: int = 0,
+    pitch_range: int = 50,
+    word_gap: int = 0,
 ) -> np.ndarray:
     """Speak ``text`` with espeak-ng; the same arguments always give the same samples.
 
@@ -147,6 +184,9 @@ def synthesize(
         pitch (int, optional): base pitch, 0 to 100 (50 is the voice's normal). (Default: ``50``)
         volume (int, optional): amplitude, 0 to 200 (100 is normal). (Default: ``100``)
         seed (int, optional): seed of espeak's noise generators. (Default: ``0``)
+        pitch_range (int, optional): intonation range, 0 (monotone) to 100; 50 is the voice's
+            own. (Default: ``50``)
+        word_gap (int, optional): extra pause between words, in units of 10 ms. (Default: ``0``)
 
     Returns:
         np.ndarray: int16 waveform with shape `(T,)` at ``ESPEAK_SAMPLE_RATE`` Hz.
@@ -161,6 +201,10 @@ def synthesize(
         raise ValueError(f"pitch must be 0 to 100, got {pitch}")
     if not 0 <= volume <= 200:
         raise ValueError(f"volume must be 0 to 200, got {volume}")
+    if not 0 <= pitch_range <= 100:
+        raise ValueError(f"pitch_range must be 0 to 100, got {pitch_range}")
+    if not 0 <= word_gap <= 100:
+        raise ValueError(f"word_gap must be 0 to 100 (units of 10 ms), got {word_gap}")
     _check_variant(voice)
     encoded = text.encode("utf-8")
     with _ENGINE.lock:
@@ -171,6 +215,8 @@ def synthesize(
         _check(lib.espeak_SetParameter(_PARAM_RATE, rate, 0), "setting the rate")
         _check(lib.espeak_SetParameter(_PARAM_PITCH, pitch, 0), "setting the pitch")
         _check(lib.espeak_SetParameter(_PARAM_VOLUME, volume, 0), "setting the volume")
+        _check(lib.espeak_SetParameter(_PARAM_RANGE, pitch_range, 0), "setting the pitch range")
+        _check(lib.espeak_SetParameter(_PARAM_WORDGAP, word_gap, 0), "setting the word gap")
         _check(lib.espeak_ng_SetRandSeed(seed), "espeak_ng_SetRandSeed")
         _ENGINE.libc.srand(seed & 0xFFFFFFFF)  # ApplyBreath() draws from libc rand()
         _ENGINE.chunks.clear()

@@ -1,31 +1,48 @@
-"""The built-in spoken corpus: random sentences spoken by espeak-ng, in LibriSpeech layout.
+"""The built-in spoken corpus: sentences spoken by synthesisers, in LibriSpeech layout.
 
-A "speaker" is one accent (espeak voice) with one voice variant: 8 English accents x 25
-variants = 200 speakers, numbered ``(accent + 1) * 100 + variant`` (``100`` is ``gmw/en``
-plain, ``314`` is ``gmw/en-GB-scotland+klatt2``). A fixed fifth of them is held out of
-training, chosen so that every accent and every variant still appears in training; the held
-out speakers are split between dev and test, so both measure speakers never heard in
-training and the two share none. Each utterance draws its sentence, speaker, rate, pitch and
-volume from a generator seeded by ``(seed, split, index)``, so the corpus is the same, byte
-for byte, for a given seed whatever the number of worker processes.
+Two choices make a corpus:
+
+- ``text``: ``"templates"`` (the default) draws sentences from a 710-word template grammar
+  (:mod:`speech_attend.sentences`); ``"wordnet"`` takes natural English sentences with about
+  30,000 distinct words (:mod:`speech_attend.wordnet_sentences`), split by sentence so that
+  dev and test sentences never occur in training.
+- ``engines``: ``"espeak"`` (the default; :mod:`speech_attend.espeak`) and/or ``"piper"`` (a
+  neural voice, optional; :mod:`speech_attend.piper_voice`). With both, each utterance draws
+  its engine.
+
+The light corpus, ``text="templates"`` with eSpeak, is the corpus as it always was (the 200
+classic speakers and their rate, pitch and volume draws), byte for byte, so ``make demo`` and
+the results measured on it stand. With ``text="wordnet"``, eSpeak speaks with every English
+voice and every variant, and draws rate, pitch, pitch range, word gap and volume per utterance
+(breathiness and roughness are properties of the variants, which espeak does not expose as
+parameters). piper draws its length, noise and duration-noise scales and a peak level per
+utterance, and each piper speaker is a pitch and formant shift of its one voice.
+:mod:`speech_attend.speakers` holds the speakers and the held-out design: dev and test speakers
+are never heard in training.
+
+Each utterance draws its sentence, engine, speaker and settings from a generator seeded by
+``(seed, split, index)``, and piper's own noise is seeded per fixed block of utterances, so the
+corpus is the same, byte for byte, for a given seed whatever the number of worker processes.
 
 Output of :func:`prepare_synth`::
 
     <out>/<split>/<speaker>/<chapter>/<speaker>-<chapter>-<utt:04d>.flac   16 kHz, 16-bit
     <out>/<split>/<speaker>/<chapter>/<speaker>-<chapter>.trans.txt         upper-case text
-    <out>/speakers.json   speaker id -> voice, variant, split
+    <out>/speakers.json   speaker id -> engine, voice, variant, shifts, split
     <out>/synth.json      the settings; written last, it marks a finished corpus
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import multiprocessing
 import os
 import random
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,92 +53,50 @@ from torchaudio.transforms import Resample
 from tqdm import tqdm
 
 from .espeak import ESPEAK_SAMPLE_RATE, synthesize
+from .piper_voice import PiperEngine, require_piper
 from .sentences import generate_sentence
+from .speakers import SPLITS, Speaker, classic_espeak_speakers, espeak_speakers, piper_speakers
+from .voice_shift import shift_voice
+from .wordnet_sentences import load_sentences, split_sentences
 
-__all__ = [
-    "ACCENTS",
-    "VARIANTS",
-    "SPLITS",
-    "SAMPLE_RATE",
-    "Speaker",
-    "speakers",
-    "speak",
-    "prepare_synth",
-]
+__all__ = ["SPLITS", "SAMPLE_RATE", "TEXTS", "ENGINES", "corpus_speakers", "speak", "prepare_synth"]
 
 SAMPLE_RATE = 16000
-SPLITS = ("train", "dev", "test")
+TEXTS = ("templates", "wordnet")
+ENGINES = ("espeak", "piper")
 _CHAPTERS = {"train": 1, "dev": 2, "test": 3}  # one chapter per speaker and split
 
-ACCENTS = (
-    "gmw/en",
-    "gmw/en-US",
-    "gmw/en-GB-scotland",
-    "gmw/en-GB-x-rp",
-    "gmw/en-GB-x-gbclan",
-    "gmw/en-GB-x-gbcwmd",
-    "gmw/en-US-nyc",
-    "gmw/en-029",
-)
-# "" is the accent's own voice. Left out: whisper (no voicing) and the novelty voices.
-VARIANTS = (
-    "", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5",
-    "klatt", "klatt2", "klatt3", "croak", "Andy", "Annie", "david", "edward", "linda",
-    "steph", "john", "robert",
-)
-_HOLDOUT_EVERY = 5  # hold out 1 speaker in 5
-
+# eSpeak draws of the light corpus.
 RATE_RANGE = (130, 200)  # words per minute; espeak's default is 175
 PITCH_RANGE = (30, 70)  # 50 is the voice's own pitch
 VOLUME_RANGE = (50, 80)  # below espeak's 100, where some voices reach full scale
+# eSpeak draws of the broad corpus: wider, and intonation and pauses vary too.
+BROAD_RATE_RANGE = (120, 220)
+BROAD_PITCH_RANGE = (20, 80)
+PITCH_SPAN_RANGE = (20, 90)  # espeak's pitch range: 0 is monotone, 50 the voice's own
+WORD_GAP_RANGE = (0, 3)  # extra pause between words, units of 10 ms
+BROAD_VOLUME_RANGE = (35, 60)  # lower: some of the extra variants reach full scale at 70
+# piper draws.
+LENGTH_SCALE_RANGE = (0.85, 1.25)  # above 1 is slower speech
+NOISE_SCALE_RANGE = (0.4, 0.9)  # the voice's own default is 0.667
+NOISE_W_RANGE = (0.5, 1.1)  # the voice's own default is 0.8
+PEAK_RANGE = (0.3, 0.95)  # piper's output is scaled to a peak drawn from this range
 
 _SILENCE_THRESHOLD = 10 ** (-50 / 20)  # -50 dBFS
 _MAX_PEAK = 0.98  # resampling overshoots a little; stay clear of 16-bit clipping
 _MAX_EDGE_SILENCE_S = 0.2
 _SERIAL_BELOW = 64  # utterances; fewer are not worth starting processes for
+_BLOCK = 16  # utterances per task; piper's noise is seeded per block
 
 
-@dataclass(frozen=True)
-class Speaker:
-    """One synthetic speaker: an espeak accent with a voice variant.
-
-    Args:
-        speaker_id (str): numeric id, ``(accent index + 1) * 100 + variant index``.
-        voice (str): espeak voice id, e.g. ``"gmw/en-US"``.
-        variant (str): espeak variant, e.g. ``"f3"``; ``""`` for the plain voice.
-        split (str): the only split it speaks in: ``train``, ``dev`` or ``test``.
-    """
-
-    speaker_id: str
-    voice: str
-    variant: str
-    split: str
-
-    @property
-    def espeak_name(self) -> str:
-        return f"{self.voice}+{self.variant}" if self.variant else self.voice
-
-
-def speakers() -> list[Speaker]:
-    """All 200 speakers with their split; fixed, whatever the seed.
-
-    Speaker ``(a, v)`` (accent and variant indices) is held out when
-    ``(v + 2 a) % 5 == 0``: a Latin-square pattern that takes 5 variants from every accent
-    and 1 or 2 accents from every variant, so training still covers every accent and every
-    variant. Held-out speakers alternate between dev and test.
-
-    Returns:
-        list of Speaker: ordered by id.
-    """
-    result, held_out = [], 0
-    for a, voice in enumerate(ACCENTS):
-        for v, variant in enumerate(VARIANTS):
-            if (v + 2 * a) % _HOLDOUT_EVERY:
-                split = "train"
-            else:
-                split = ("dev", "test")[held_out % 2]
-                held_out += 1
-            result.append(Speaker(str((a + 1) * 100 + v), voice, variant, split))
+def corpus_speakers(text: str = "templates", engines: Sequence[str] = ("espeak",)) -> list[Speaker]:
+    """The speakers of a corpus: the light corpus's eSpeak speakers with ``text="templates"``,
+    every English voice and variant otherwise; and the piper speakers when piper is an engine."""
+    result = []
+    if "espeak" in engines:
+        result += classic_espeak_speakers() if text == "templates" else espeak_speakers()
+    if "piper" in engines:
+        result += piper_speakers()
     return result
 
 
@@ -138,6 +113,13 @@ def _trim_silence(wave: np.ndarray, sample_rate: int) -> np.ndarray:
     return wave[max(0, loud[0] - keep): loud[-1] + 1 + keep]
 
 
+def _to_corpus_rate(wave: torch.Tensor, rate: int) -> torch.Tensor:
+    if rate == SAMPLE_RATE:
+        return wave
+    with torch.no_grad():
+        return _resampler(rate, SAMPLE_RATE)(wave)
+
+
 def speak(
     text: str,
     voice: str = "gmw/en",
@@ -146,6 +128,8 @@ def speak(
     volume: int = 70,
     seed: int = 0,
     sample_rate: int = SAMPLE_RATE,
+    pitch_range: int = 50,
+    word_gap: int = 0,
 ) -> torch.Tensor:
     """Speak ``text`` with espeak-ng as a float waveform, edge silence trimmed to 0.2 s.
 
@@ -161,11 +145,13 @@ def speak(
         volume (int, optional): 0 to 200, 100 is espeak's normal. (Default: ``70``)
         seed (int, optional): seed of espeak's noise. (Default: ``0``)
         sample_rate (int, optional): rate of the result in Hz. (Default: ``16000``)
+        pitch_range (int, optional): intonation range, 0 to 100, 50 is the voice's own. (Default: ``50``)
+        word_gap (int, optional): extra pause between words, units of 10 ms. (Default: ``0``)
 
     Returns:
         torch.Tensor: float32 waveform with shape `(T,)`.
     """
-    pcm = synthesize(text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed)
+    pcm = synthesize(text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap)
     wave = torch.from_numpy(pcm.astype(np.float32) / 32768.0)  # (T22,)
     if sample_rate != ESPEAK_SAMPLE_RATE:
         with torch.no_grad():
@@ -176,20 +162,51 @@ def speak(
     return torch.from_numpy(_trim_silence(wave.numpy(), sample_rate).copy())
 
 
+def _speak_piper(engine: PiperEngine, text: str, speaker: Speaker, length_scale: float, noise_scale: float,
+                 noise_w_scale: float, peak: float) -> np.ndarray:
+    """piper's speech at the corpus rate, shifted to ``speaker``, trimmed, scaled to ``peak``."""
+    wave = torch.from_numpy(engine.synthesize(text, length_scale, noise_scale, noise_w_scale))  # (T22,)
+    wave = _to_corpus_rate(wave, engine.sample_rate)  # (T,)
+    wave = shift_voice(wave, SAMPLE_RATE, speaker.semitones, speaker.formant_ratio)
+    wave = _trim_silence(wave.numpy(), SAMPLE_RATE)
+    loudest = float(np.abs(wave).max()) if wave.size else 0.0
+    return wave * (peak / loudest) if loudest > 0 else wave
+
+
 @dataclass(frozen=True)
 class _Job:
     path: str
     text: str
-    voice: str
-    rate: int
-    pitch: int
-    volume: int
-    seed: int
+    speaker: Speaker
+    params: tuple  # espeak: rate, pitch, volume, seed, pitch range, word gap; piper: 3 scales and a peak
 
 
-def _run_job(job: _Job) -> None:
-    wave = speak(job.text, job.voice, job.rate, job.pitch, job.volume, job.seed).numpy()
-    sf.write(job.path, wave, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+def _draw_params(engine: str, text: str, rng: random.Random) -> tuple:
+    if engine == "piper":
+        return tuple(round(rng.uniform(*r), 4) for r in (LENGTH_SCALE_RANGE, NOISE_SCALE_RANGE, NOISE_W_RANGE, PEAK_RANGE))
+    if text == "templates":  # the light corpus's draws, in their original order
+        return rng.randint(*RATE_RANGE), rng.randint(*PITCH_RANGE), rng.randint(*VOLUME_RANGE), rng.getrandbits(31), 50, 0
+    rate, pitch, volume = rng.randint(*BROAD_RATE_RANGE), rng.randint(*BROAD_PITCH_RANGE), rng.randint(*BROAD_VOLUME_RANGE)
+    return rate, pitch, volume, rng.getrandbits(31), rng.randint(*PITCH_SPAN_RANGE), rng.randint(*WORD_GAP_RANGE)
+
+
+def _block_seed(seed: int, block: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"attend-synth/piper/{seed}/{block}".encode()).digest()[:4], "big")
+
+
+def _run_block(task: tuple[int, int, list[_Job]]) -> int:
+    seed, block, jobs = task
+    engine = None  # made at the block's first piper utterance, seeded by the block
+    for job in jobs:
+        if job.speaker.engine == "piper":
+            engine = engine or PiperEngine(seed=_block_seed(seed, block))
+            wave = _speak_piper(engine, job.text, job.speaker, *job.params)
+        else:
+            rate, pitch, volume, espeak_seed, pitch_range, word_gap = job.params
+            wave = speak(job.text, job.speaker.espeak_name, rate, pitch, volume, espeak_seed,
+                         pitch_range=pitch_range, word_gap=word_gap).numpy()
+        sf.write(job.path, wave, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+    return len(jobs)
 
 
 def _worker_init() -> None:
@@ -198,29 +215,39 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
-def _plan(out: Path, counts: dict[str, int], seed: int) -> tuple[list[_Job], dict[Path, list[str]]]:
-    by_split: dict[str, list[Speaker]] = {s: [] for s in SPLITS}
-    for speaker in speakers():
-        by_split[speaker.split].append(speaker)
+def _sentence_pools(text: str, seed: int) -> dict[str, list[str]] | None:
+    """Each split's sentences in a seeded order (utterance i speaks sentence i), or ``None``
+    for the template grammar (which draws a sentence per utterance)."""
+    if text == "templates":
+        return None
+    pools = split_sentences(load_sentences())
+    for split, sentences in pools.items():
+        random.Random(f"attend-synth/{seed}/{split}/order").shuffle(sentences)
+    return pools
+
+
+def _plan(out: Path, counts: dict[str, int], seed: int, text: str, engines: Sequence[str]) -> tuple[list[_Job], dict[Path, list[str]]]:
+    by_split: dict[str, dict[str, list[Speaker]]] = {e: {s: [] for s in SPLITS} for e in engines}
+    for speaker in corpus_speakers(text, engines):
+        by_split[speaker.engine][speaker.split].append(speaker)
+    pools = _sentence_pools(text, seed)
     jobs, transcripts = [], {}
     for split in SPLITS:
         next_utt: dict[str, int] = {}
         for index in range(counts[split]):
             rng = random.Random(f"attend-synth/{seed}/{split}/{index}")
-            text = generate_sentence(rng)
-            speaker = rng.choice(by_split[split])
-            rate, pitch, volume = (rng.randint(*RATE_RANGE), rng.randint(*PITCH_RANGE),
-                                   rng.randint(*VOLUME_RANGE))
-            espeak_seed = rng.getrandbits(31)
+            sentence = generate_sentence(rng) if pools is None else pools[split][index % len(pools[split])]
+            engine = engines[0] if len(engines) == 1 else rng.choice(engines)
+            speaker = rng.choice(by_split[engine][split])
+            params = _draw_params(engine, text, rng)
             utt = next_utt.get(speaker.speaker_id, 0)
             next_utt[speaker.speaker_id] = utt + 1
             chapter = _CHAPTERS[split]
             folder = out / split / speaker.speaker_id / str(chapter)
             utt_id = f"{speaker.speaker_id}-{chapter}-{utt:04d}"
             transcript = folder / f"{speaker.speaker_id}-{chapter}.trans.txt"
-            transcripts.setdefault(transcript, []).append(f"{utt_id} {text.upper()}")
-            jobs.append(_Job(str(folder / f"{utt_id}.flac"), text, speaker.espeak_name,
-                             rate, pitch, volume, espeak_seed))
+            transcripts.setdefault(transcript, []).append(f"{utt_id} {sentence.upper()}")
+            jobs.append(_Job(str(folder / f"{utt_id}.flac"), sentence, speaker, params))
     return jobs, transcripts
 
 
@@ -236,6 +263,19 @@ def _finished_with(marker: Path, settings: dict) -> bool:
         return False
 
 
+def _check_choices(text: str, engines: Sequence[str]) -> tuple[str, ...]:
+    if text not in TEXTS:
+        raise ValueError(f"text must be one of {', '.join(TEXTS)}, got {text!r}")
+    engines = tuple(engines)
+    if not engines or any(e not in ENGINES for e in engines) or len(set(engines)) != len(engines):
+        raise ValueError(f"engines must be distinct names from {', '.join(ENGINES)}, got {list(engines)}")
+    if "piper" in engines:
+        require_piper()  # one line naming the missing packages
+    if text == "wordnet":
+        load_sentences()  # one line naming the missing package
+    return engines
+
+
 def prepare_synth(
     out_dir: str | os.PathLike,
     train: int = 4000,
@@ -244,6 +284,8 @@ def prepare_synth(
     seed: int = 0,
     progress: bool = True,
     workers: int | None = None,
+    text: str = "templates",
+    engines: Sequence[str] = ("espeak",),
 ) -> Path:
     """Write the synthetic spoken corpus (layout in the module docstring).
 
@@ -260,21 +302,28 @@ def prepare_synth(
         progress (bool, optional): show a tqdm progress bar. (Default: ``True``)
         workers (int or None, optional): processes; ``None`` uses the available cores (at
             most 8). Small corpora are written in-process. (Default: ``None``)
+        text (str, optional): ``"templates"`` or ``"wordnet"``. (Default: ``"templates"``)
+        engines (sequence of str, optional): ``"espeak"`` and/or ``"piper"``. (Default: ``("espeak",)``)
 
     Returns:
         Path: ``out_dir``.
 
     Raises:
-        ValueError: a count is negative, or ``out_dir`` holds split folders that this
-            function did not write.
+        ValueError: a count is negative, ``text`` or ``engines`` is unknown, or ``out_dir``
+            holds split folders that this function did not write, or evaluation sets.
+        PiperMissing: piper is asked for and its packages are not installed.
+        TextSourceMissing: ``text="wordnet"`` and its package is not installed.
     """
     counts = {"train": train, "dev": dev, "test": test}
     if any(n < 0 for n in counts.values()):
         raise ValueError(f"utterance counts must be >= 0, got {counts}")
+    engines = _check_choices(text, engines)
     out = Path(out_dir)
     # Bump "version" whenever the output would change (word lists, voices, ranges).
-    settings = {"version": 1, "seed": seed, "sample_rate": SAMPLE_RATE, **counts}
+    settings = {"version": 1, "seed": seed, "sample_rate": SAMPLE_RATE, "text": text, "engines": list(engines), **counts}
     marker, speakers_file = out / "synth.json", out / "speakers.json"
+    if (out / "devsets.json").exists():  # evaluation sets (other engines among them) never sit beside training data
+        raise ValueError(f"{out} holds evaluation sets (devsets.json); expected an empty or new output folder")
     if _finished_with(marker, settings):
         return out
     for split in SPLITS:
@@ -289,26 +338,26 @@ def prepare_synth(
     marker.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     speakers_file.write_text(json.dumps(
-        {s.speaker_id: {k: v for k, v in asdict(s).items() if k != "speaker_id"} for s in speakers()},
+        {s.speaker_id: {k: v for k, v in asdict(s).items() if k != "speaker_id"} for s in corpus_speakers(text, engines)},
         indent=1,
     ) + "\n")
 
-    jobs, transcripts = _plan(out, counts, seed)
+    jobs, transcripts = _plan(out, counts, seed, text, engines)
     for transcript, lines in transcripts.items():
         transcript.parent.mkdir(parents=True, exist_ok=True)
         transcript.write_text("\n".join(lines) + "\n")
 
+    tasks = [(seed, i // _BLOCK, jobs[i: i + _BLOCK]) for i in range(0, len(jobs), _BLOCK)]
     workers = _default_workers() if workers is None else max(1, workers)
     bar = tqdm(total=len(jobs), desc=f"synth {out.name}", unit="utt", disable=not progress)
     if workers == 1 or len(jobs) < _SERIAL_BELOW or sys.platform != "linux":
-        for job in jobs:
-            _run_job(job)
-            bar.update()
+        for task in tasks:
+            bar.update(_run_block(task))
     else:
         # fork: children start at once, with torch already imported (spawn would re-import it).
         with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init) as pool:
-            for _ in pool.imap_unordered(_run_job, jobs, chunksize=16):
-                bar.update()
+            for done in pool.imap_unordered(_run_block, tasks):
+                bar.update(done)
     bar.close()
     marker.write_text(json.dumps(settings, indent=1) + "\n")
     return out

@@ -1,0 +1,88 @@
+"""Word and character error rates of a recognizer on every evaluation group of a folder.
+
+    python scripts/eval_speech.py --ckpt CKPT --devsets DIR [--groups a,b] [--beam-size N] [--json]
+
+``DIR`` is the output of ``scripts/speech_devsets.py`` (groups listed in ``DIR/devsets.json``),
+or any folder of LibriSpeech-layout subsets. Each group is transcribed with
+:class:`speech_attend.transcribe.Transcriber` (files decoded together in batches), references
+and hypotheses are normalised by :func:`speech_attend.text.normalize_text`, and the corpus-level
+WER and CER (:func:`shared.evaluation.speech.speech_metrics`) are printed as a table, or as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shared.evaluation.speech import speech_metrics  # noqa: E402
+from speech_attend.corpora import CorpusError, read_librispeech  # noqa: E402
+from speech_attend.text import normalize_text  # noqa: E402
+from speech_attend.transcribe import Transcriber  # noqa: E402
+
+
+def groups_of(devsets: Path) -> list[str]:
+    """The groups of ``devsets``: those listed in ``devsets.json``, else every subfolder with transcripts."""
+    marker = devsets / "devsets.json"
+    if marker.is_file():
+        listed = json.loads(marker.read_text())["groups"]
+        return [name for name in listed if (devsets / name).is_dir()]
+    return sorted(p.name for p in devsets.iterdir() if p.is_dir() and any(p.rglob("*.trans.txt")))
+
+
+def evaluate(transcriber: Transcriber, devsets: Path, group: str) -> dict:
+    """Transcribe one group; returns its size, error rates, unreadable files and seconds taken."""
+    utterances = read_librispeech(devsets, [group])
+    start = time.perf_counter()
+    hypotheses, failed = [], 0
+    for result in transcriber.transcribe_many([u.audio_path for u in utterances]):
+        if isinstance(result, ValueError):  # an unreadable file counts as an empty transcript
+            failed += 1
+            hypotheses.append("")
+        else:
+            hypotheses.append(normalize_text(result.text))
+    seconds = time.perf_counter() - start
+    references = [normalize_text(u.text) for u in utterances]
+    return {"utterances": len(utterances), **speech_metrics(references, hypotheses), "failed": failed, "seconds": round(seconds, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups")
+    parser.add_argument("--groups", help="comma-separated groups to score (default: all)")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object: group -> results")
+    args = parser.parse_args(argv)
+    try:
+        if not args.devsets.is_dir():
+            raise CorpusError(f"{args.devsets}: folder of evaluation groups not found")
+        groups = groups_of(args.devsets)
+        if args.groups:
+            wanted = [g.strip() for g in args.groups.split(",") if g.strip()]
+            unknown = [g for g in wanted if g not in groups]
+            if unknown:
+                raise CorpusError(f"{args.devsets}: no group(s) {unknown}; it has {groups}")
+            groups = wanted
+        if not groups:
+            raise CorpusError(f"{args.devsets}: no evaluation groups (folders with *.trans.txt)")
+        transcriber = Transcriber(args.ckpt, beam_size=args.beam_size)
+        results = {group: evaluate(transcriber, args.devsets, group) for group in groups}
+    except (ValueError, RuntimeError, OSError) as err:
+        print(f"eval_speech: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    width = max(len(g) for g in results) + 2
+    print(f"{'group':<{width}}{'utts':>6}{'WER':>8}{'CER':>8}")
+    for group, r in results.items():
+        print(f"{group:<{width}}{r['utterances']:>6}{r['wer']:>8.3f}{r['cer']:>8.3f}" + (f"  ({r['failed']} unreadable)" if r["failed"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""Training conditions: each transform keeps its promise, and only training batches get them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from speech_attend.augment import (
+    AugmentConfig,
+    active_power,
+    add_noise,
+    augment_batch,
+    babble,
+    change_speed,
+    coloured_noise,
+    low_sample_rate,
+    pad_silence,
+    reverberate,
+    room_impulse_response,
+    telephone_band,
+)
+from speech_attend.datamodule import SpeechDataModule
+
+SR = 16000
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _speechlike(seconds: float = 1.0, seed: int = 0) -> torch.Tensor:
+    """Bursts of a 300 Hz tone with noise, separated by silence (active and inactive frames)."""
+    g = _gen(seed)
+    t = torch.arange(int(seconds * SR)) / SR
+    on = ((t * 4) % 1 < 0.6).float()  # 150 ms bursts, 100 ms gaps
+    return 0.3 * on * (torch.sin(2 * math.pi * 300 * t) + 0.2 * torch.randn(t.numel(), generator=g))
+
+
+def _band_energy(wave: torch.Tensor, low: float, high: float) -> float:
+    spectrum = torch.fft.rfft(wave).abs() ** 2
+    freqs = torch.fft.rfftfreq(wave.numel(), 1 / SR)
+    return float(spectrum[(freqs >= low) & (freqs < high)].sum())
+
+
+@pytest.mark.parametrize("factor", [0.9, 0.95, 1.1])
+def test_speed_changes_the_length_by_the_factor_and_the_frequency_with_it(factor):
+    t = torch.arange(SR) / SR
+    wave = 0.5 * torch.sin(2 * math.pi * 400 * t)
+    fast = change_speed(wave, factor)
+    assert fast.numel() == math.ceil(SR / factor)
+    spectrum = torch.fft.rfft(fast[500:-500] * torch.hann_window(fast.numel() - 1000)).abs()
+    assert float(spectrum.argmax()) * SR / (fast.numel() - 1000) == pytest.approx(400 * factor, rel=0.01)
+
+
+def test_silence_pads_add_the_drawn_lengths_with_a_low_noise_floor():
+    wave = _speechlike(0.5)
+    padded = pad_silence(wave, 1234, 567, -60.0, _gen())
+    assert padded.numel() == wave.numel() + 1234 + 567
+    torch.testing.assert_close(padded[1234:1234 + wave.numel()], wave)
+    for pad in (padded[:1234], padded[-567:]):
+        rms_db = 20 * math.log10(float(pad.pow(2).mean().sqrt()))
+        assert rms_db == pytest.approx(-60.0, abs=1.0)  # a floor, not digital zero
+
+
+def test_room_impulse_response_starts_with_the_direct_path_and_decays():
+    rir = room_impulse_response(0.5, 6.0, SR, _gen())
+    assert rir.numel() == SR // 2 and rir[0] == 1.0 and rir.abs().argmax() == 0
+    tail = rir[1:]
+    assert 10 * math.log10(1.0 / float(tail.pow(2).sum())) == pytest.approx(6.0, abs=1e-3)
+    early, late = tail[: SR // 20].pow(2).mean(), tail[-SR // 20:].pow(2).mean()
+    assert 10 * math.log10(float(early / late)) > 40  # about 60 dB over the RT60
+    impulse = torch.zeros(SR)
+    impulse[100] = 0.5
+    wet = reverberate(impulse, rir)
+    assert wet.numel() == SR and float(wet[:100].abs().max()) < 1e-6  # FFT round-off only
+    assert wet[100] == pytest.approx(0.5) and int(wet.abs().argmax()) == 100
+    torch.testing.assert_close(wet[100:100 + rir.numel()], 0.5 * rir, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("snr_db", [0.0, 10.0, 27.5])
+@pytest.mark.parametrize("kind", ["white", "pink", "brown", "babble"])
+def test_noise_is_added_at_the_drawn_snr_on_active_speech(snr_db, kind):
+    speech = _speechlike(1.0)
+    if kind == "babble":
+        noise = babble([_speechlike(0.7, seed=s) for s in range(1, 5)], speech.numel(), _gen())
+    else:
+        noise = coloured_noise(speech.numel(), kind, _gen())
+    noisy = add_noise(speech, noise, snr_db)
+    added = noisy - speech
+    active = torch.cat([speech[i: i + 160] for i in range(0, SR, 160) if (i / SR * 4) % 1 < 0.6 - 0.01])  # the bursts
+    measured = 10 * math.log10(float(active.pow(2).mean() / added.pow(2).mean()))
+    assert measured == pytest.approx(snr_db, abs=0.5)
+
+
+def test_noise_colours_have_their_slopes():
+    low, high = (100, 400), (3000, 6000)
+    slopes = {}
+    for colour in ("white", "pink", "brown"):
+        noise = coloured_noise(4 * SR, colour, _gen())
+        slopes[colour] = _band_energy(noise, *low) / _band_energy(noise, *high)
+    # band energy ratios, the integrals of f**-beta: white 300/3000 = 0.1, pink ln(4)/ln(2) = 2,
+    # brown (1/100 - 1/400) / (1/3000 - 1/6000) = 45
+    assert slopes["white"] == pytest.approx(0.1, rel=0.3)
+    assert slopes["pink"] == pytest.approx(2.0, rel=0.3)
+    assert slopes["brown"] == pytest.approx(45.0, rel=0.3)
+
+
+def test_telephone_band_removes_energy_outside_300_to_3400_hz():
+    wave = coloured_noise(SR, "white", _gen())
+    phone = telephone_band(wave, SR)
+    assert phone.numel() == wave.numel()
+    assert _band_energy(phone, 0, 295) < 1e-6 * _band_energy(wave, 0, 295)
+    assert _band_energy(phone, 3410, 8000) < 1e-6 * _band_energy(wave, 3410, 8000)
+    assert _band_energy(phone, 400, 3300) == pytest.approx(_band_energy(wave, 400, 3300), rel=1e-3)
+
+
+@pytest.mark.parametrize("low_rate", [8000, 11025])
+def test_low_sample_rate_removes_what_it_cannot_carry_and_keeps_the_length(low_rate):
+    wave = coloured_noise(SR, "white", _gen())
+    low = low_sample_rate(wave, SR, low_rate)
+    assert low.numel() == wave.numel()
+    nyquist = low_rate / 2
+    assert _band_energy(low, nyquist + 300, 8000) < 1e-4 * _band_energy(wave, nyquist + 300, 8000)  # 40 dB down
+    assert _band_energy(low, 500, nyquist - 500) == pytest.approx(_band_energy(wave, 500, nyquist - 500), rel=0.1)
+
+
+def test_augment_batch_keeps_lengths_exact_and_output_finite_within_one():
+    waves = [_speechlike(s, seed=i) * 3 for i, s in enumerate((0.6, 1.0, 0.8, 0.4, 0.9))]  # peaks above 1
+    padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
+    lengths = torch.tensor([w.numel() for w in waves])
+    everything = AugmentConfig(speed_prob=1, silence_prob=1, reverb_prob=1, noise_prob=1, babble_prob=0.5,
+                               telephone_prob=0.3, low_rate_prob=1, gain_prob=1, gain_db=(0.0, 12.0))
+    for seed in range(2):
+        out, new_lengths = augment_batch(padded, lengths, everything, SR, _gen(seed))
+        assert out.shape == (5, int(new_lengths.max())) and torch.isfinite(out).all()
+        assert float(out.abs().max()) <= 1.0
+        for row, n in zip(out, new_lengths):
+            assert n > 0.85 * SR * 0.4 and not row[n:].any()  # padding stays zero
+    nothing = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
+                            low_rate_prob=0, gain_prob=0)
+    same, same_lengths = augment_batch(padded / 4, lengths, nothing, SR, _gen())
+    torch.testing.assert_close(same, padded / 4)
+    assert torch.equal(same_lengths, lengths)
+    with pytest.raises(ValueError, match="speed_prob"):
+        AugmentConfig(speed_prob=1.5)
+    with pytest.raises(ValueError, match="low_rates must be below the audio's 8000 Hz"):
+        SpeechDataModule("unused", sample_rate=8000, augment=AugmentConfig())  # 11025 Hz is no low rate at 8 kHz
+    with pytest.raises(ValueError, match="telephone_band must end below 4000 Hz"):
+        SpeechDataModule("unused", sample_rate=8000, augment=AugmentConfig(low_rates=(4000,), telephone_band=(300.0, 4500.0)))
+
+
+def test_only_training_batches_are_augmented(tiny_synth):
+    loud = AugmentConfig(speed_prob=1, noise_prob=1, snr_db=(0.0, 0.0), silence_prob=1)
+    plain = SpeechDataModule(str(tiny_synth), batch_size=4, eval_batch_size=4, cache_audio=True)
+    augmented = SpeechDataModule(str(tiny_synth), batch_size=4, eval_batch_size=4, cache_audio=True, augment=loud)
+    for module in (plain, augmented):
+        module.setup("fit")
+        module.setup("test")
+    assert augmented.hparams.augment["snr_db"] == (0.0, 0.0)  # saved as plain data
+    for name in ("val_dataloader", "test_dataloader"):
+        for a, b in zip(getattr(plain, name)(), getattr(augmented, name)()):
+            assert torch.equal(a.waveforms, b.waveforms) and torch.equal(a.lengths, b.lengths)
+    train_plain, train_augmented = next(iter(plain.train_dataloader())), next(iter(augmented.train_dataloader()))
+    assert train_plain.keys == train_augmented.keys
+    assert not torch.equal(train_plain.lengths, train_augmented.lengths)

@@ -1,0 +1,96 @@
+"""Evaluation groups: the engine dev set, every group in one folder, and the WER/CER table."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from shared.training.model_files import export_folder
+from speech_attend.corpora import read_librispeech
+from speech_attend.model import build_recognizer
+from speech_attend.synth import prepare_synth
+from speech_attend.wordnet_sentences import load_sentences, split_sentences
+from tiny import TINY_SPEECH_CONFIG
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import engine_devset  # noqa: E402
+import eval_speech  # noqa: E402
+import speech_devsets  # noqa: E402
+
+HAVE_ENGINES = shutil.which("flite") is not None and shutil.which("text2wave") is not None
+NO_ENGINES = "flite and festival are Debian packages (apt-get install flite festival festvox-*), not pip installs"
+
+
+@pytest.fixture(scope="module")
+def devsets(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("devsets") / "groups"
+    speech_devsets.build(out, per_group=2, seed=0, engines=HAVE_ENGINES)
+    return out
+
+
+def test_devsets_build_every_group_as_a_readable_corpus(devsets):
+    groups = json.loads((devsets / "devsets.json").read_text())["groups"]
+    expected = ["espeak_unseen", "piper_unseen", "espeak_babble10", "espeak_reverb"] + (["flite", "festival"] if HAVE_ENGINES else [])
+    assert sorted(groups) == sorted(expected)
+    dev_sentences = set(split_sentences(load_sentences())["dev"])
+    clean = {u.utt_id: sf.read(u.audio_path)[0] for u in read_librispeech(devsets, ["espeak_unseen"])}
+    for group in groups:
+        utterances = read_librispeech(devsets, [group])
+        assert len(utterances) == 2
+        for u in utterances:
+            assert u.text.lower() in dev_sentences
+            wave, rate = sf.read(u.audio_path)
+            assert rate == 16000 and np.isfinite(wave).all() and 0.05 < np.abs(wave).max() < 0.99
+            if group in ("espeak_babble10", "espeak_reverb"):
+                assert len(wave) == len(clean[u.utt_id]) and not np.allclose(wave, clean[u.utt_id], atol=1e-3)
+    assert not (devsets / "train").exists()
+
+
+def test_training_corpus_cannot_be_written_beside_evaluation_sets(devsets):
+    with pytest.raises(ValueError, match="evaluation sets"):
+        prepare_synth(devsets, train=2, dev=0, test=0, progress=False)
+
+
+@pytest.mark.skipif(not HAVE_ENGINES, reason=NO_ENGINES)
+def test_engine_devset_speaks_dev_sentences_with_each_engine(tmp_path):
+    out = tmp_path / "engines"
+    assert engine_devset.main(["--out", str(out), "--count", "2"]) == 0
+    for engine, first_speaker in (("flite", 7000), ("festival", 7100)):
+        utterances = read_librispeech(out, [engine])
+        assert len(utterances) == 2 and all(int(u.speaker) >= first_speaker for u in utterances)
+    synth_corpus = tmp_path / "corpus"
+    prepare_synth(synth_corpus, train=1, dev=0, test=0, progress=False)
+    assert engine_devset.main(["--out", str(synth_corpus), "--count", "1"]) == 2  # never beside training data
+
+
+def test_engine_devset_without_the_programs_names_the_debian_packages(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(engine_devset.shutil, "which", lambda name: None)
+    assert engine_devset.main(["--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    for package in ("flite", "festival", "festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts"):
+        assert package in err
+
+
+def test_eval_speech_prints_a_table_of_every_group(devsets, tmp_path, capsys):
+    config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
+              "decoding": {"beam_size": 1, "max_len_ratio": 0.5}, "features": {}}
+    model, _, _ = build_recognizer(config)
+    export_folder(tmp_path / "model", "speech-attend", model.state_dict(), config)  # untrained: the plumbing is what counts
+    groups = ["espeak_reverb", "piper_unseen"]
+    assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", ",".join(groups), "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert list(results) == groups
+    for r in results.values():
+        assert r["utterances"] == 2 and np.isfinite(r["wer"]) and np.isfinite(r["cer"]) and r["failed"] == 0
+    assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["group", "utts", "WER", "CER"] and table[1].split()[:2] == ["espeak_unseen", "2"]
+    assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
