@@ -24,6 +24,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from demo_page import build_page  # noqa: E402
 
+from shared.training.checkpoints import find_checkpoint  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SHOW_IMAGES, SPEECH_FILES = 6, 6
 
@@ -57,47 +59,41 @@ def _run_dir(config: str) -> Path:
     return ROOT / settings["trainer"]["default_root_dir"]
 
 
-def _newest(run_dir: Path, name: str) -> Path | None:
-    found = sorted(run_dir.glob(f"**/{name}"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
-
-
 def _train(module: str, config: str, data_dir: Path) -> tuple[Path, dict, float]:
-    """Fit (unless a finished run exists) and test; returns the checkpoint, test metrics, fit seconds."""
-    run_dir = _run_dir(config)
-    timing = run_dir / "train_seconds.txt"
-    checkpoint = _newest(run_dir, "last.ckpt")
-    if checkpoint is None or not timing.is_file():
+    """Fit (unless a finished run exists) and test; returns the run folder, test metrics, fit seconds.
+
+    The run is ``<default_root_dir>/version_N`` (the apps' run layout); a finished one holds
+    ``checkpoints/last.ckpt`` and the demo's ``train_seconds.txt``.
+    """
+    root = _run_dir(config)
+    checkpoint = find_checkpoint(root, "last")
+    run = checkpoint.parents[1] if checkpoint is not None else None
+    if run is None or not (run / "train_seconds.txt").is_file():
         start = time.perf_counter()
         _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir))
-        timing.write_text(f"{time.perf_counter() - start:.1f}\n")
-        checkpoint = _newest(run_dir, "last.ckpt")
+        checkpoint = find_checkpoint(root, "last")
         if checkpoint is None:
-            raise SystemExit(f"demo: training left no last.ckpt under {run_dir}")
-        for old in run_dir.glob("**/test_metrics.json"):
-            old.unlink()
+            raise SystemExit(f"demo: training left no last.ckpt under {root}")
+        run = checkpoint.parents[1]
+        (run / "train_seconds.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
     else:
         print(f"   reusing {checkpoint.relative_to(ROOT)}")
-    if _newest(run_dir, "test_metrics.json") is None:
+    if not (run / "test_metrics.json").is_file():
         _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir, "--ckpt_path", checkpoint))
-    metrics_file = _newest(run_dir, "test_metrics.json")
-    if metrics_file is None:
-        raise SystemExit(f"demo: testing wrote no test_metrics.json under {run_dir}")
-    return checkpoint, json.loads(metrics_file.read_text()), float(timing.read_text())
+    if not (run / "test_metrics.json").is_file():
+        raise SystemExit(f"demo: testing wrote no test_metrics.json in {run}")
+    return run, json.loads((run / "test_metrics.json").read_text()), float((run / "train_seconds.txt").read_text())
 
 
-def _curves(run_dir: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
-    """Training loss and the main validation metric against steps, from the CSV logger."""
-    wanted = {"train loss": ("train_loss", "train/loss"), main_metric: (f"val_{main_metric}", f"val/{main_metric}")}
+def _curves(run: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
+    """Training loss and the main validation metric against steps, from the run's metrics.csv."""
+    wanted = {"train loss": "train/loss", main_metric: f"val/{main_metric}"}
     series: dict[str, list[tuple[int, float]]] = {name: [] for name in wanted}
-    for path in sorted(run_dir.glob("**/metrics.csv")):
-        with path.open() as f:
-            for row in csv.DictReader(f):
-                for name, columns in wanted.items():
-                    names = [f"{column}{suffix}" for column in columns for suffix in ("", "_step", "_epoch")]
-                    value = next((row[n] for n in names if row.get(n)), None)
-                    if value:
-                        series[name].append((int(row.get("step") or 0), float(value)))
+    with (run / "metrics.csv").open() as f:
+        for row in csv.DictReader(f):
+            for name, column in wanted.items():
+                if row.get(column):
+                    series[name].append((int(row.get("step") or 0), float(row[column])))
     return {name: sorted(points) for name, points in series.items() if points}
 
 
@@ -111,7 +107,8 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
     else:
         print(f"   reusing {data_dir.relative_to(ROOT)}")
     _stage("Captioner 2/3: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
-    checkpoint, test, seconds = _train("show_attend", config, data_dir)
+    run, test, seconds = _train("show_attend", config, data_dir)
+    checkpoint = run / "checkpoints" / "last.ckpt"
 
     _stage("Captioner 3/3: caption test images with attention overlays")
     dataset = json.loads((data_dir / "dataset_shapes.json").read_text())
@@ -129,7 +126,7 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
             "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
         })
     curve = out / "curves" / "captioner.png"
-    save_curves(_curves(_run_dir(config), "exact_match"), curve, "captioner (shapes, soft attention)")
+    save_curves(_curves(run, "exact_match"), curve, "captioner (shapes, soft attention)")
     metrics = {
         "exact_match": test.get("exact_match"),
         "bleu4": test.get("bleu4"),
@@ -151,7 +148,8 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
     else:
         print(f"   reusing {data_dir.relative_to(ROOT)}")
     _stage("Recognizer 2/3: train LAS (configs/speech_attend/demo.yaml), then test on held-out voices")
-    checkpoint, test, seconds = _train("speech_attend", config, data_dir)
+    run, test, seconds = _train("speech_attend", config, data_dir)
+    checkpoint = run / "checkpoints" / "last.ckpt"
 
     _stage("Recognizer 3/3: transcribe test files with alignment plots")
     utterances = read_librispeech(data_dir, subsets=["test"])[:SPEECH_FILES]
@@ -175,7 +173,7 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
             "alignment": f"alignments/{alignment.name}" if alignment.is_file() else None,
             "duration_s": line.get("duration_s", 0.0),
         })
-    save_curves(_curves(_run_dir(config), "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
+    save_curves(_curves(run, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
     metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
     return metrics, transcripts, {"Recognizer": "curves/recognizer.png"}
 

@@ -46,17 +46,10 @@ class EncoderToFeatureCache(pl.Callback):
 
 
 class CaptionCLI(AttendCLI):
-    """The shared LightningCLI, with the data module's vocabulary and image size linked into the model."""
+    """The shared LightningCLI, with the data module's image size linked into the model too."""
 
     def link_data_and_model(self, parser) -> None:
-        parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         parser.link_arguments("data.image_size", "model.image_size")
-
-    def before_instantiate_classes(self) -> None:
-        super().before_instantiate_classes()
-        config = self._subcommand_config()
-        if config.model.get("vocabulary"):  # read from --ckpt_path: the data must use the model's words
-            config.data.vocabulary = list(config.model.vocabulary)
 
 
 def _lightning(args: list[str]) -> None:

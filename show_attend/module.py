@@ -20,7 +20,7 @@ their fingerprint (see :mod:`show_attend.encoder`); they are restored from the s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -33,24 +33,14 @@ from shared.training.bad_samples import zero_loss
 from shared.training.config import as_dataclass
 from shared.training.model_files import OMITTED_KEY
 from shared.training.module import AttendModule
-from shared.training.schedule import warmup_schedule
+from shared.training.schedule import OptimizerConfig, with_schedule
 
 from .decoder import DecoderConfig
 from .encoder import EncoderConfig, restore_omitted_weights
 from .model import Captioner, CaptionerConfig
 from .pointing import pointing_hits
 
-__all__ = ["CaptionerModule", "OptimizerConfig", "doubly_stochastic_penalty", "caption_loss"]
-
-
-@dataclass
-class OptimizerConfig:
-    lr: float = 4e-4  # Adam learning rate (decoder, and a small encoder trained from scratch)
-    encoder_lr: float = 1e-4  # learning rate of fine-tuned pretrained encoder blocks
-    weight_decay: float = 0.0
-    warmup_steps: int = 0  # linear warm-up from 0
-    schedule: str = "constant"  # "constant" or "cosine" (decays to final_lr_fraction * lr at the last step)
-    final_lr_fraction: float = 0.05
+__all__ = ["CaptionerModule", "doubly_stochastic_penalty", "caption_loss"]
 
 
 def doubly_stochastic_penalty(alphas: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
@@ -83,7 +73,10 @@ class CaptionerModule(AttendModule):
         doubly_stochastic (float): lambda of eq. 14; 0 turns the term off. (Default: ``1.0``)
         reinforce (ReinforceConfig): hard attention's baseline, entropy, REINFORCE weights and
             semi-sampling.
-        optimizer (OptimizerConfig): Adam and the learning-rate schedule.
+        optimizer (OptimizerConfig): Adam and the learning-rate schedule. (Default: ``lr`` 4e-4,
+            constant)
+        encoder_lr (float): learning rate of fine-tuned pretrained encoder blocks (a small
+            encoder trained from scratch uses ``optimizer.lr``). (Default: ``1e-4``)
         image_size (int): input side in pixels, linked from the data module (used by ``caption``).
         beam_size (int): beams at validation and test. (Default: ``5``)
         max_decode_length (int): most words a decoded caption may have. (Default: ``50``)
@@ -100,7 +93,8 @@ class CaptionerModule(AttendModule):
         decoder: DecoderConfig | None = None,
         doubly_stochastic: float = 1.0,
         reinforce: ReinforceConfig | None = None,
-        optimizer: OptimizerConfig | None = None,
+        optimizer: OptimizerConfig = OptimizerConfig(lr=4e-4),  # frozen: a shared default cannot be changed
+        encoder_lr: float = 1e-4,
         image_size: int = 224,
         beam_size: int = 5,
         max_decode_length: int = 50,
@@ -120,6 +114,7 @@ class CaptionerModule(AttendModule):
                 "doubly_stochastic": float(doubly_stochastic),
                 "reinforce": asdict(reinforce),
                 "optimizer": asdict(optimizer),
+                "encoder_lr": float(encoder_lr),
                 "meteor": bool(meteor),
             }
         )
@@ -177,14 +172,12 @@ class CaptionerModule(AttendModule):
         opt = self.optimizer_config
         decoder_params = [p for name, p in self.named_parameters() if not name.startswith("model.encoder.") and p.requires_grad]
         encoder_params = [p for p in self.model.encoder.parameters() if p.requires_grad]
-        encoder_lr = opt.lr if self.model.encoder.config.backbone == "small" else opt.encoder_lr
+        encoder_lr = opt.lr if self.model.encoder.config.backbone == "small" else self.hparams.encoder_lr
         groups = [{"params": decoder_params, "lr": opt.lr}]
         if encoder_params:
             groups.append({"params": encoder_params, "lr": encoder_lr})
-        optimizer = torch.optim.Adam(groups, weight_decay=opt.weight_decay)
         total = int(self.trainer.estimated_stepping_batches) if self._trainer is not None else 1
-        scheduler = warmup_schedule(optimizer, opt.warmup_steps, total, opt.schedule, opt.final_lr_fraction)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return with_schedule(torch.optim.Adam(groups, weight_decay=opt.weight_decay), opt, total)
 
     # ------------------------------------------------------------------ evaluation
 

@@ -56,19 +56,11 @@ def _quote_default(parser, dest: str) -> None:
 
 
 class RecognizerCLI(AttendCLI):
-    """The shared LightningCLI, with the data module's vocabulary linked into the model and the
-    model's sample rate into the data module."""
+    """The shared LightningCLI, with the model's sample rate linked into the data module."""
 
     def link_data_and_model(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
-        parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         _quote_default(parser, "data.keep_punctuation")
-
-    def before_instantiate_classes(self) -> None:
-        super().before_instantiate_classes()
-        config = self._subcommand_config()
-        if config.model.get("vocabulary"):  # read from --ckpt_path: the data must use the model's characters
-            config.data.vocabulary = list(config.model.vocabulary)
 
 
 def _lightning(args: list[str]) -> None:

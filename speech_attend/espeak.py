@@ -19,7 +19,7 @@ variables that neither ``espeak_Terminate`` nor ``espeak_Initialize`` resets (th
 "flutter" index, the gain control, the libc ``rand()`` stream used for breath noise), so the
 same text comes out different depending on what was spoken before. Unloading the library
 (``dlclose``) and loading it again restores its static data from the file, which makes
-:func:`synthesize` a pure function of its arguments at about 4 ms per call.
+:func:`synthesize` a pure function of its arguments, at little cost per call.
 """
 
 from __future__ import annotations

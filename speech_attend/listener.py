@@ -58,10 +58,9 @@ class _BLSTM(nn.Module):
 
     The backward direction reads each sequence reversed *within its length*, so it starts at
     the sequence's last real frame, not in the padding. This gives exactly what a packed
-    sequence gives, and its backward pass is 10-30x faster on CPU than PyTorch's packed LSTM
-    (measured on 2 cores: 0.04 s against 0.4-1.4 s for 32 x 248 frames). Without gradients
-    (decoding), each direction runs packed, skipping the padding's steps: the same outputs,
-    and 26% less time for 64 utterances of 500-1500 frames (0.57 s against 0.77 s per layer).
+    sequence gives, and its backward pass is an order of magnitude faster on CPU than PyTorch's
+    packed LSTM. Without gradients (decoding), each direction runs packed, skipping the padding's
+    steps: the same outputs, in less time (both measured in docs/BENCHMARKS.md).
     """
 
     def __init__(self, input_dim: int, hidden: int):

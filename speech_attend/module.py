@@ -28,7 +28,7 @@ from shared.evaluation.speech import speech_metrics
 from shared.training.bad_samples import zero_loss
 from shared.training.config import as_dataclass
 from shared.training.module import AttendModule
-from shared.training.schedule import warmup_schedule
+from shared.training.schedule import OptimizerConfig, with_schedule
 
 from .data import Batch
 from .features import FeatureConfig
@@ -46,11 +46,8 @@ class RecognizerModule(AttendModule):
         las (LASConfig): architecture.
         features (FeatureConfig): front end and SpecAugment.
         decoding (DecodeConfig): beam search for validation, test and transcribe.
-        learning_rate (float): peak learning rate of AdamW. (Default: ``1e-3``)
-        weight_decay (float): AdamW weight decay. (Default: ``1e-5``)
-        warmup_steps (int): linear warm-up, then cosine decay to ``final_lr_ratio`` of the peak
-            at the last step. (Default: ``500``)
-        final_lr_ratio (float): (Default: ``0.05``)
+        optimizer (OptimizerConfig): AdamW and the learning-rate schedule. (Default: ``lr`` 1e-3,
+            weight decay 1e-5, 500 warm-up steps, cosine decay to 5% of the peak)
         label_smoothing (float): on the speller's cross-entropy. (Default: ``0.1``)
         scheduled_sampling (float): the probability that a speller step reads its own previous
             prediction instead of the true character, reached linearly between
@@ -78,10 +75,7 @@ class RecognizerModule(AttendModule):
         las: LASConfig = LASConfig(),  # frozen dataclasses: a shared default cannot be changed
         features: FeatureConfig = FeatureConfig(),
         decoding: DecodeConfig = DecodeConfig(),
-        learning_rate: float = 1e-3,
-        weight_decay: float = 1e-5,
-        warmup_steps: int = 500,
-        final_lr_ratio: float = 0.05,
+        optimizer: OptimizerConfig = OptimizerConfig(lr=1e-3, weight_decay=1e-5, warmup_steps=500, schedule="cosine"),
         label_smoothing: float = 0.1,
         scheduled_sampling: float = 0.1,
         scheduled_sampling_start: int = 1000,
@@ -102,8 +96,11 @@ class RecognizerModule(AttendModule):
         if ctc_weight > 0 and not las.ctc_upsample:
             raise ValueError("ctc_weight > 0 needs a CTC head: set las.ctc_upsample >= 1")
         # Plain data only, so checkpoints load with weights_only=True.
-        self.save_hyperparameters(ignore=["vocabulary", "las", "features", "decoding"])
-        self.hparams.update(vocabulary=list(vocabulary), las=asdict(las), features=asdict(features), decoding=asdict(decoding))
+        optimizer = as_dataclass(OptimizerConfig, optimizer)
+        self.save_hyperparameters(ignore=["vocabulary", "las", "features", "decoding", "optimizer"])
+        self.hparams.update(vocabulary=list(vocabulary), las=asdict(las), features=asdict(features), decoding=asdict(decoding),
+                            optimizer=asdict(optimizer))
+        self.optimizer_config = optimizer
         self.model, self.vocabulary, self.decoding = build_recognizer(dict(self.hparams))
         self._total_steps: int | None = None  # set when fit configures the optimiser
         self._last_step_time: float | None = None
@@ -125,10 +122,9 @@ class RecognizerModule(AttendModule):
             self.hparams["decoding"] = asdict(self.decoding)
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
+        opt = self.optimizer_config
         self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
-        scheduler = warmup_schedule(optimizer, self.hparams.warmup_steps, self._total_steps, "cosine", self.hparams.final_lr_ratio)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return with_schedule(torch.optim.AdamW(self.parameters(), lr=opt.lr, weight_decay=opt.weight_decay), opt, self._total_steps)
 
     # ------------------------------------------------------------------ loss
 

@@ -3,6 +3,9 @@
 :class:`AttendCLI` adds to Lightning's CLI what both apps need, so an app's own CLI only links
 its data module to its model:
 
+* the vocabulary: the data module's (built from the training text) is linked into the model,
+  and a checkpoint's (``--ckpt_path``) is handed to the data module, so the data is always
+  encoded with the model's words or characters;
 * the run layout of :mod:`shared.training.checkpoints`: everything of a run under
   ``<trainer.default_root_dir>/version_N`` (checkpoints, ``metrics.csv`` from a CSV logger,
   ``test_metrics.json``, ``skipped_samples.log``); ``test`` and a resumed ``fit`` write into
@@ -56,8 +59,9 @@ def _quiet_lightning(record: logging.LogRecord) -> bool:
 class AttendCLI(LightningCLI):
     """LightningCLI with the run layout, checkpoints and guards both apps share (module docstring).
 
-    An app subclasses it and overrides :meth:`link_data_and_model` to connect its data module
-    to its model. Keyword arguments go to :class:`~pytorch_lightning.cli.LightningCLI`;
+    Both apps' data modules take a ``vocabulary`` and have ``vocabulary_tokens``; their modules
+    take a ``vocabulary``. An app subclasses this class and overrides :meth:`link_data_and_model`
+    for its other links. Keyword arguments go to :class:`~pytorch_lightning.cli.LightningCLI`;
     ``trainer_defaults`` are merged into the shared ones.
     """
 
@@ -71,11 +75,12 @@ class AttendCLI(LightningCLI):
         )
 
     def link_data_and_model(self, parser: LightningArgumentParser) -> None:
-        """Link what the model needs from the data module (e.g. the vocabulary); the app's part."""
+        """Link what else the model needs from the data module or the data module from the model."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(RunCheckpoints, "checkpoint")
         parser.add_lightning_class_args(SkipBadSamples, "bad_samples")
+        parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         self.link_data_and_model(parser)
 
     def _subcommand_config(self) -> Namespace | None:
@@ -105,6 +110,8 @@ class AttendCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_config()
+        if config.model.get("vocabulary"):  # read from --ckpt_path: the data must use the model's vocabulary
+            config.data.vocabulary = list(config.model.vocabulary)
         if config.get("weights_only") is None:
             config.weights_only = True  # checkpoints hold tensors and plain data only
         if config.trainer.logger in (None, True):  # the run layout: <root>/version_N/metrics.csv

@@ -1,14 +1,33 @@
-"""The learning-rate schedule both apps use: linear warm-up, then constant or cosine decay."""
+"""The optimiser settings and the learning-rate schedule both apps use: linear warm-up, then
+constant or cosine decay."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SCHEDULES", "warmup_schedule"]
+__all__ = ["SCHEDULES", "OptimizerConfig", "warmup_schedule", "with_schedule"]
 
 SCHEDULES = ("constant", "cosine")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Adam's learning rate and weight decay, and the schedule of the learning rate."""
+
+    lr: float = 1e-3  # peak learning rate
+    weight_decay: float = 0.0
+    warmup_steps: int = 0  # linear warm-up from 0 to lr
+    schedule: str = "constant"  # "constant", or "cosine": down to final_lr_fraction * lr at the last step
+    final_lr_fraction: float = 0.05
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown learning-rate schedule {self.schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.final_lr_fraction <= 1.0:
+            raise ValueError(f"need lr > 0, warmup_steps >= 0 and final_lr_fraction in [0, 1], got {self}")
 
 
 def warmup_schedule(
@@ -44,3 +63,10 @@ def warmup_schedule(
         return final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def with_schedule(optimizer: torch.optim.Optimizer, config: OptimizerConfig, total_steps: int) -> dict:
+    """What a LightningModule's ``configure_optimizers`` returns: ``optimizer`` with the schedule
+    of ``config``, stepped once per optimizer step, for a run of ``total_steps`` steps."""
+    scheduler = warmup_schedule(optimizer, config.warmup_steps, total_steps, config.schedule, config.final_lr_fraction)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
