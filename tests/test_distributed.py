@@ -84,7 +84,7 @@ def recognizer_ddp(tmp_path_factory) -> dict:
             "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
                     "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2},
             "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-            "warmup_steps": 1,
+            "optimizer": {"warmup_steps": 1},
         },
         "data": {"data_dir": str(corpus), "batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
     })
