@@ -121,8 +121,10 @@ class FeatureCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         meta_path.unlink(missing_ok=True)  # from here on the old file, if any, is not finished
         partial = features_path.with_name(features_path.name + ".partial.npy")
+        # Its own generator: a loader draws a seed when iterated, and building a cache must not move
+        # the global one (the training run that follows would shuffle otherwise than without a cache).
         loader = DataLoader(_Images(records, image_transform(image_size)), batch_size=batch_size,
-                            num_workers=num_workers, collate_fn=_collate)
+                            num_workers=num_workers, collate_fn=_collate, generator=torch.Generator())
         out, unreadable = None, {}
         index_of = {str(r.path): i for i, r in enumerate(records)}
         for indices, images, bad in loader:
