@@ -1,0 +1,85 @@
+"""What a user sees on the terminal: no warnings they cannot act on, no error for a closed pipe.
+
+Each command runs as its own program, as a user runs it, with warnings shown as Python shows
+them by default.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tiny import tiny_speech_config
+
+pytestmark = pytest.mark.slow
+
+# What Lightning and PyTorch print on every run, and the user can do nothing about.
+NOISE = (
+    "LeafSpec",
+    "smaller than the logging interval",
+    "not supported by the model summary",
+    "tensorboardX",
+    "dirpath",
+    "weights_only",
+    "litlogger",
+    "Broken pipe",
+)
+
+
+def _run(app: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"{app}.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def _assert_quiet(result: subprocess.CompletedProcess) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    found = [noise for noise in NOISE if noise in output]
+    assert not found, f"{found} in:\n{output[-3000:]}"
+
+
+def test_captioner_fit_test_and_resume_print_no_noise(tiny_shapes, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "trainer": {"accelerator": "cpu", "max_steps": 3, "precision": "bf16-mixed", "default_root_dir": str(tmp_path / "run"),
+                    "enable_progress_bar": False},
+        "model": {"encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+                  "decoder": {"embed_dim": 16, "attention_dim": 16, "hidden_dim": 16}, "beam_size": 2, "max_decode_length": 6},
+        "data": {"data_dir": str(tiny_shapes), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
+    }))
+    _assert_quiet(_run("show_attend", "fit", "--config", str(config)))  # 3 steps: fewer than the logging interval
+    _assert_quiet(_run("show_attend", "test", "--config", str(config), "--ckpt_path", "last"))
+    _assert_quiet(_run("show_attend", "fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"))
+
+
+def test_recognizer_fit_test_and_resume_print_no_noise(tiny_synth, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    speech = tiny_speech_config(trainer={"logger": None, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "run")},
+                                data={"data_dir": str(tiny_synth)})
+    speech["checkpoint"] = {"monitor": "val/cer"}
+    config.write_text(yaml.safe_dump(speech))
+    _assert_quiet(_run("speech_attend", "fit", "--config", str(config)))
+    _assert_quiet(_run("speech_attend", "test", "--config", str(config), "--ckpt_path", "last"))
+    _assert_quiet(_run("speech_attend", "fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"))
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "version_0" / "checkpoints").iterdir())
+    assert checkpoints == ["best.ckpt", "last.ckpt"]  # stopped mid-epoch at max_steps: no last-v1.ckpt beside last.ckpt
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tiny_synth, tmp_path):
+    files = sorted(str(p) for p in (tiny_synth / "test").rglob("*.flac"))
+    from speech_attend.model import build_recognizer
+    from shared.training.model_files import export_folder
+    from tiny import TINY_SPEECH_CONFIG
+
+    hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefgh ")}
+    model, _, _ = build_recognizer(hparams)
+    export_folder(tmp_path / "model", "speech-attend", model.state_dict(), hparams)
+    process = subprocess.Popen([sys.executable, "-m", "speech_attend.cli", "transcribe", "--ckpt", str(tmp_path / "model"), *files * 20],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # as `| head` does once it has read enough
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 141, err.decode()  # 128 + SIGPIPE, what a shell reports for `cat file | head`
+    assert err.decode() == ""
