@@ -180,3 +180,15 @@ def test_attention_follows_each_hypothesis_through_reordering_and_compaction():
             # Row i is the step that produced token i; it read the token before it.
             assert h.attention.argmax(-1).tolist() == ([SOS] + h.tokens)[: len(h.tokens)]
     assert rows_seen[-1][1] < batch  # sequences did leave the batch
+
+
+def test_must_end_allows_only_eos_at_each_sequence_s_last_step():
+    batch, limit = 4, 5
+    _, step_fn, state = random_model(batch, 8, seed=3, eos_bias=-50.0)  # <eos> practically never chosen
+    free = beam_search(step_fn, state, batch, beam_size=3, sos=SOS, eos=EOS, max_len=limit)
+    assert all(not h[0].finished and len(h[0].tokens) == limit for h in free)  # the limit, all words
+    limits = torch.tensor([1, 2, 5, 3])
+    ended = beam_search(step_fn, state, batch, beam_size=3, sos=SOS, eos=EOS, max_len=limits, must_end=True)
+    for hyps, n in zip(ended, limits.tolist()):
+        assert hyps[0].finished and len(hyps[0].tokens) == n - 1  # n - 1 tokens, then the forced <eos>
+        assert hyps[0].attention.shape[0] == n - 1
