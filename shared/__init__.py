@@ -22,6 +22,7 @@ from .scoring import (
     DotScore,
     GeneralScore,
     LocationAwareScore,
+    NoScore,
     ScaledDotScore,
     Score,
     build_score,
@@ -33,6 +34,6 @@ __all__ = [
     "Hypothesis", "beam_search", "greedy_search",
     "causal_mask", "combine_masks", "lengths_to_mask", "masked_softmax",
     "MovingAverageBaseline", "ReinforceConfig", "attention_entropy", "reinforce_loss",
-    "AdditiveScore", "DotScore", "GeneralScore", "LocationAwareScore", "ScaledDotScore", "Score", "build_score",
+    "AdditiveScore", "DotScore", "GeneralScore", "LocationAwareScore", "NoScore", "ScaledDotScore", "Score", "build_score",
     "Vocabulary",
 ]

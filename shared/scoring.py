@@ -28,6 +28,7 @@ __all__ = [
     "GeneralScore",
     "ScaledDotScore",
     "LocationAwareScore",
+    "NoScore",
     "build_score",
 ]
 
@@ -185,8 +186,24 @@ class LocationAwareScore(AdditiveScore):
         return scores.squeeze(1) if squeeze else scores
 
 
+class NoScore(Score):
+    """No attention: every key scores 0, whatever the query.
+
+    After :func:`~shared.masks.masked_softmax` the weights are uniform over the real positions,
+    so the read is their mean, the same fixed vector at every step: the context of a decoder
+    without attention (Show and Tell's image vector; an encoder-decoder's one summary), kept in
+    the same four steps so that it is compared with attention on equal terms.
+    """
+
+    def forward(self, query, projected_keys, prev_weights=None):
+        query, squeeze = _as_steps(query)
+        scores = projected_keys.new_zeros(query.size(0), query.size(1), projected_keys.size(1))  # (B, T, L)
+        return scores.squeeze(1) if squeeze else scores
+
+
 def build_score(kind: str, query_dim: int, key_dim: int, attention_dim: int, **kwargs) -> Score:
-    """Score module by name: ``additive``, ``location``, ``dot``, ``scaled_dot`` or ``general``."""
+    """Score module by name: ``additive``, ``location``, ``dot``, ``scaled_dot``, ``general`` or
+    ``none`` (:class:`NoScore`)."""
     if kind == "additive":
         return AdditiveScore(query_dim, key_dim, attention_dim)
     if kind == "location":
@@ -197,4 +214,6 @@ def build_score(kind: str, query_dim: int, key_dim: int, attention_dim: int, **k
         return DotScore() if kind == "dot" else ScaledDotScore()
     if kind == "general":
         return GeneralScore(query_dim, key_dim)
-    raise ValueError(f"unknown attention score {kind!r}; expected additive, location, dot, scaled_dot or general")
+    if kind == "none":
+        return NoScore()
+    raise ValueError(f"unknown attention score {kind!r}; expected additive, location, dot, scaled_dot, general or none")

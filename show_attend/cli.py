@@ -4,6 +4,7 @@
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
     show-attend caption [--ckpt CKPT_OR_EXPORTED_DIR] IMAGE... [--beam-size 5] [--overlay-dir DIR] [--json]
     show-attend export --ckpt CKPT --out DIR [--include-encoder]
+    show-attend explain --ckpt CKPT IMAGE... --out DIR [--pixels]
 
 ``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` with the
 YAML configs of ``configs/show_attend/`` (run layout, checkpoints, resume: see there); here the
@@ -122,6 +123,44 @@ def _caption(args: list[str]) -> int:
     return status
 
 
+def _explain(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} explain", description="Compare each word's attention with occlusion: what the word depended on.")
+    parser.add_argument("images", nargs="+", help="image files, or folders of them")
+    parser.add_argument("--ckpt", required=True, help="a .ckpt file or a folder written by `export`")
+    parser.add_argument("--out", required=True, help="folder for one PNG per image and explain.jsonl (one line per word)")
+    parser.add_argument("--pixels", action="store_true",
+                        help="occlude image patches and encode again (default: replace grid cells' features by the mean feature)")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams for the caption (default: the model's)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default cpu)")
+    options = parser.parse_args(args)
+    if options.beam_size is not None and options.beam_size < 1:
+        raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
+    from .caption import load_captioner
+    from .explain import explain_files, save_explanation
+
+    model = load_captioner(options.ckpt, options.device)
+    images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
+    for error in errors:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    status = 2 if errors else 0
+    with (out / "explain.jsonl").open("w", encoding="utf-8") as lines:
+        for result in explain_files(model, images, options.beam_size, options.pixels):
+            if isinstance(result, Exception):
+                print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
+                status = 2
+                continue
+            for line in result.to_json():
+                lines.write(json.dumps(line) + "\n")
+            picture = save_explanation(result, out / f"{result.image.stem}.png") if result.words else None
+            agree = sum(w.comparison.peak_in_top for w in result.words)
+            print(f"{result.image}: {result.caption}  [attention peak among the 3 most decisive cells for "
+                  f"{agree} of {len(result.words)} words]" + (f"  [{picture}]" if picture else ""), flush=True)
+    return status
+
+
 def _export(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} export", description="Export a checkpoint as safetensors + JSON.")
     parser.add_argument("--ckpt", required=True, help="a Lightning .ckpt file")
@@ -137,7 +176,7 @@ def _export(args: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``show-attend``; returns the exit code."""
-    commands = {"prepare": _prepare, "caption": _caption, "export": _export}
+    commands = {"prepare": _prepare, "caption": _caption, "explain": _explain, "export": _export}
     return run_app(PROG, commands, _lightning, argv)
 
 

@@ -12,7 +12,9 @@ word, the new state and the context by the deep output layer::
 
 Soft attention reads the expected context; hard attention reads one location sampled from
 ``alpha_t`` (eq. 8-9, through :func:`shared.hard_read`) and is trained with REINFORCE by the
-LightningModule. The feature projection ``W_a a_i`` is computed once per image
+LightningModule. ``attention: none`` is the fixed-vector decoder to compare them with: every
+step reads the mean annotation vector (:class:`shared.NoScore`), as Show and Tell reads one
+image vector; everything else is the same. The feature projection ``W_a a_i`` is computed once per image
 (:meth:`Decoder.start`), not at every step. :meth:`Decoder.step` advances one token and is
 what :func:`shared.beam_search` calls.
 """
@@ -25,12 +27,12 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from shared import AdditiveScore, Attention, Memory, hard_read
+from shared import AdditiveScore, Attention, Memory, NoScore, hard_read
 
 __all__ = ["DecoderConfig", "DecoderOutput", "Decoder", "GATES", "ATTENTIONS"]
 
 GATES = ("scalar", "channel", "none")
-ATTENTIONS = ("soft", "hard")
+ATTENTIONS = ("soft", "hard", "none")
 
 
 @dataclass
@@ -40,7 +42,7 @@ class DecoderConfig:
     hidden_dim: int = 1800  # n, LSTM size (1800 in the authors' COCO code)
     dropout: float = 0.5  # on the LSTM output and before the last output layer
     gate: str = "scalar"  # beta: "scalar" (paper), "channel" (one gate per feature) or "none"
-    attention: str = "soft"  # "soft" (deterministic) or "hard" (stochastic, REINFORCE)
+    attention: str = "soft"  # "soft" (deterministic), "hard" (stochastic, REINFORCE) or "none" (the mean feature)
 
 
 class DecoderOutput(NamedTuple):
@@ -75,12 +77,13 @@ class Decoder(nn.Module):
         if config.gate not in GATES:
             raise ValueError(f"unknown gate {config.gate!r}; expected one of {', '.join(GATES)}")
         if config.attention not in ATTENTIONS:
-            raise ValueError(f"unknown attention {config.attention!r}; expected soft or hard")
+            raise ValueError(f"unknown attention {config.attention!r}; expected soft, hard or none")
         m, n, d = config.embed_dim, config.hidden_dim, feature_dim
         self.config, self.vocab_size, self.feature_dim = config, vocab_size, feature_dim
         self.embedding = nn.Embedding(vocab_size, m, padding_idx=0)  # E
         self.init_h, self.init_c = nn.Linear(d, n), nn.Linear(d, n)  # f_init,h and f_init,c
-        self.attention = Attention(AdditiveScore(n, d, config.attention_dim))  # f_att, tanh MLP
+        score = NoScore() if config.attention == "none" else AdditiveScore(n, d, config.attention_dim)  # f_att, tanh MLP
+        self.attention = Attention(score)
         self.gate = None if config.gate == "none" else nn.Linear(n, 1 if config.gate == "scalar" else d)  # f_beta
         # T_{D+m+n, 4n} of eq. 1, split by input so the word's share is computed for all steps at once.
         self.embed_to_gates = nn.Linear(m, 4 * n)

@@ -199,7 +199,8 @@ class CaptionerModule(AttendModule):
                 "references": batch["references"][i],
                 "objects": batch["objects"][i],
                 "size": batch["sizes"][i],
-                "attention": hyp.attention.view(-1, *self.model.grid).cpu() if hyp.attention is not None else None,
+                "attention": None if self.model.decoder.config.attention == "none" or hyp.attention is None
+                else hyp.attention.view(-1, *self.model.grid).cpu(),  # no pointing for the fixed-vector decoder
             })
         self.add_evaluation(stage, records, loss)
 

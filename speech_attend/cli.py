@@ -4,6 +4,7 @@
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
     speech-attend transcribe --ckpt CKPT AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]
     speech-attend export --ckpt CKPT --out DIR
+    speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
 ``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` (run layout,
 checkpoints, ``--ckpt_path last``, resume: see there); here the data module's vocabulary is
@@ -123,6 +124,41 @@ def _transcribe(argv: list[str]) -> int:
     return status
 
 
+def _explain(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} explain", description="Compare each character's attention with occlusion: what it depended on.")
+    parser.add_argument("audio", nargs="+", help="audio files (decoded whole, not cut at pauses), or folders of them")
+    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--out", required=True, help="folder for one PNG per file and explain.jsonl (one line per character)")
+    parser.add_argument("--span", type=int, default=3, help="listener frames removed at a time (default 3)")
+    args = parser.parse_args(argv)
+    if args.span < 1:
+        raise ValueError(f"--span must be >= 1, got {args.span}")
+    from .explain import explain_files, save_explanation
+    from .transcribe import load_recognizer
+
+    model, vocabulary, decoding, _ = load_recognizer(args.ckpt)
+    files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
+    for error in errors:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    status = 2 if errors else 0
+    with (out / "explain.jsonl").open("w", encoding="utf-8") as lines:
+        for result in explain_files(model, vocabulary, decoding, files, args.span):
+            if isinstance(result, ValueError):
+                print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
+                status = 2
+                continue
+            for line in result.to_json():
+                lines.write(json.dumps(line, ensure_ascii=False) + "\n")
+            picture = save_explanation(result, out / f"{result.audio.stem}.png") if result.chars else None
+            agree = sum(c.comparison.peak_in_top for c in result.chars)
+            print(f"{result.audio}: {result.text}  [attention peak among the 3 most decisive spans for {agree} of "
+                  f"{len(result.chars)} characters]" + (f"  [{picture}]" if picture else ""), flush=True)
+    return status
+
+
 def _export(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} export", description="Export a checkpoint as safetensors + JSON.")
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit")
@@ -136,7 +172,7 @@ def _export(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``speech-attend`` console script."""
-    return run_app(PROG, {"prepare": _prepare, "transcribe": _transcribe, "export": _export}, _lightning, argv)
+    return run_app(PROG, {"prepare": _prepare, "transcribe": _transcribe, "explain": _explain, "export": _export}, _lightning, argv)
 
 
 if __name__ == "__main__":

@@ -63,12 +63,13 @@ class LASConfig:
     speller_hidden: int = 512  # speller LSTM units
     speller_layers: int = 2  # stacked speller LSTM cells
     embedding_dim: int = 64  # character embedding
-    attention: str = "location"  # location (Chorowski et al. 2015), additive, dot or scaled_dot
+    attention: str = "location"  # location (Chorowski et al. 2015), additive, dot, scaled_dot, or none (one fixed vector)
     attention_dim: int = 256  # hidden size of the MLP scores
     location_filters: int = 10  # channels of the convolution over the previous alignment
     location_kernel: int = 31  # its (odd) width, in listener frames
     dropout: float = 0.2  # between LSTM layers and before the output MLP
     ctc_upsample: int = 2  # CTC label slots per listener frame; 0 = no CTC head
+    summary: str = "mean"  # with attention none: "mean" of the listener states, or "last" of each direction
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class LAS(nn.Module):
         self.speller = Speller(
             vocab_size, self.listener.output_dim, config.speller_hidden, config.speller_layers,
             config.embedding_dim, config.attention, config.attention_dim, config.location_filters,
-            config.location_kernel, config.dropout,
+            config.location_kernel, config.dropout, config.summary,
         )
         self.ctc_head = nn.Linear(self.listener.output_dim, vocab_size * config.ctc_upsample) if config.ctc_upsample else None
         self.vocab_size = vocab_size

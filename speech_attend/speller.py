@@ -8,6 +8,8 @@ At each output step ``i`` (eq. 6-8)::
 
 The attention is the shared core's: location-aware by default (Chorowski et al. 2015: the
 score also sees a convolution of ``alpha_{i-1}``), content-only MLP (``additive``) or ``dot``.
+``none`` is the fixed-vector speller to compare them with: every step reads one summary of the
+listener states, their mean or (``summary: last``) the last state of each direction.
 The listener states are projected once per utterance (:meth:`Attention.precompute`), never per
 step. :meth:`Speller.step` advances any number of hypotheses by one character; it is the step
 function that :func:`shared.beam_search` drives.
@@ -36,12 +38,15 @@ class Speller(nn.Module):
         hidden (int): LSTM units ``H``.
         layers (int, optional): stacked LSTM cells. (Default: ``2``)
         embedding_dim (int, optional): character embedding size. (Default: ``64``)
-        attention (str, optional): ``location``, ``additive``, ``dot`` or ``scaled_dot``; dot
-            scores project the query to ``D_enc`` first. (Default: ``location``)
+        attention (str, optional): ``location``, ``additive``, ``dot``, ``scaled_dot`` or ``none``;
+            dot scores project the query to ``D_enc`` first. (Default: ``location``)
         attention_dim (int, optional): hidden size of the MLP scores. (Default: ``128``)
         location_filters (int, optional): channels of the location convolution. (Default: ``10``)
         location_kernel (int, optional): odd width of the location convolution. (Default: ``31``)
         dropout (float, optional): dropout between LSTM layers and before the output MLP. (Default: ``0.0``)
+        summary (str, optional): with ``attention="none"``, the one vector every step reads:
+            ``mean`` of the listener states, or ``last``, the forward direction's last state with
+            the backward direction's first (each direction's whole-utterance state). (Default: ``mean``)
     """
 
     def __init__(
@@ -56,8 +61,12 @@ class Speller(nn.Module):
         location_filters: int = 10,
         location_kernel: int = 31,
         dropout: float = 0.0,
+        summary: str = "mean",
     ):
         super().__init__()
+        if summary not in ("mean", "last"):
+            raise ValueError(f"summary must be mean or last, got {summary!r}")
+        self.summary_last = attention == "none" and summary == "last"
         self.layers, self.hidden, self.encoder_dim = layers, hidden, encoder_dim
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.cells = nn.ModuleList(
@@ -79,6 +88,12 @@ class Speller(nn.Module):
             encoder_states (torch.Tensor): `(B, L, D_enc)`.
             encoder_lengths (torch.Tensor): `(B,)`.
         """
+        if self.summary_last:  # one position: both directions' states after reading the whole utterance
+            half = encoder_states.size(-1) // 2
+            rows = torch.arange(encoder_states.size(0), device=encoder_states.device)
+            last = encoder_states[rows, (encoder_lengths - 1).clamp_min(0), :half]  # (B, H): forward, at the end
+            encoder_states = torch.cat([last, encoder_states[:, 0, half:]], dim=-1)[:, None]  # (B, 1, D_enc)
+            encoder_lengths = torch.ones_like(encoder_lengths)
         mask = torch.arange(encoder_states.size(1), device=encoder_states.device)[None, :] < encoder_lengths[:, None]
         return self.attention.precompute(encoder_states, mask=mask)
 

@@ -387,7 +387,8 @@ def _join_alignments(hyps, encoder_lengths: list[int], offsets: list[int], vocab
             labels.append(" ")
             row += 1
         if hyp.attention is not None and len(hyp.tokens):
-            matrix[row : row + len(hyp.tokens), col : col + frames] = hyp.attention[:, :frames].float().cpu()
+            weights = hyp.attention[:, :frames].float().cpu()  # one column for a fixed-vector speller's summary
+            matrix[row : row + len(hyp.tokens), col : col + weights.size(1)] = weights
         labels.extend(vocabulary.decode(hyp.tokens, strip_specials=False))
         row += len(hyp.tokens)
     if not labels:

@@ -26,7 +26,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
-__all__ = ["overlay_attention", "save_caption_grid", "save_alignment", "save_curves"]
+__all__ = [
+    "overlay_attention", "save_caption_grid", "save_attention_and_occlusion", "save_alignment",
+    "save_alignment_and_occlusion", "save_curves",
+]
 
 _CMAP = "jet"  # the colour map of the paper's figures; its hot end stands out on photos
 
@@ -159,6 +162,61 @@ def save_caption_grid(
     return _save(fig, path)
 
 
+def save_attention_and_occlusion(
+    image: np.ndarray | Image.Image,
+    words: Sequence[str],
+    attention: Any,
+    drops: Any,
+    path: str | Path,
+    words_per_row: int = 4,
+) -> Path:
+    """Save one PNG: for each word, where the model looked (attention) beside what the word
+    depended on (occlusion: the log-probability drop when each cell is removed), both over the image.
+
+    Args:
+        image (np.ndarray or PIL.Image.Image): the image, `(H, W, 3)` uint8.
+        words (list of str): the caption's words (``T``).
+        attention (np.ndarray or torch.Tensor): `(T, gh, gw)`.
+        drops (np.ndarray or torch.Tensor): `(T, gh, gw)`; negative drops (the word became more
+            likely) show as no drop.
+        path (str or Path): where to write the PNG.
+        words_per_row (int, optional): word pairs per row. (Default: ``4``)
+    """
+    rgb = _to_rgb(image)
+    maps, losses = _to_numpy(attention), _to_numpy(drops)
+    if maps.ndim != 3 or maps.shape != losses.shape or maps.shape[0] != len(words):
+        raise ValueError(f"need (T, gh, gw) attention and drops for {len(words)} words, got {maps.shape} and {losses.shape}")
+    cols = 2 * max(1, min(words_per_row, len(words)))
+    rows = max(1, math.ceil(2 * len(words) / cols))
+    fig = Figure(figsize=(2.0 * cols, 2.3 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes:
+        ax.set_axis_off()
+    for t, word in enumerate(words):
+        left, right = axes[2 * t], axes[2 * t + 1]
+        left.imshow(overlay_attention(rgb, maps[t]))
+        left.set_title(f"{word}: attention", fontsize=8)
+        right.imshow(overlay_attention(rgb, np.clip(losses[t], 0.0, None)))
+        right.set_title(f"{word}: occlusion", fontsize=8)
+    return _save(fig, path)
+
+
+def _draw_alignment(fig: Figure, ax: Any, matrix: np.ndarray, output_labels: Sequence[str] | None,
+                    frame_seconds: float | None, cmap: str = "viridis") -> None:
+    """Output steps down the y axis, input time along the x axis, with a colour bar."""
+    t_out, t_in = matrix.shape
+    x_end = t_in * frame_seconds if frame_seconds is not None else t_in
+    # extent puts frame i over [i, i+1) (or seconds) and output step t centred on row t.
+    image = ax.imshow(matrix, aspect="auto", origin="upper", interpolation="nearest", cmap=cmap,
+                      extent=(0.0, x_end, t_out - 0.5, -0.5))
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
+    ax.set_xlabel("time (s)" if frame_seconds is not None else "input frame")
+    ax.set_ylabel("output step")
+    if output_labels is not None:
+        ax.set_yticks(range(t_out))
+        ax.set_yticklabels(["␣" if label == " " else label for label in output_labels], fontsize=7)
+
+
 def save_alignment(
     weights: Any,
     path: str | Path,
@@ -200,24 +258,7 @@ def save_alignment(
     width = min(max(t_in / 12.0, 6.0), 24.0)
     height = min(max(t_out * 0.18, 3.0), 24.0)
     fig = Figure(figsize=(width, height), layout="constrained")
-    ax = fig.subplots()
-    x_end = t_in * frame_seconds if frame_seconds is not None else t_in
-    # extent puts frame i over [i, i+1) (or seconds) and output step t centred on row t.
-    image = ax.imshow(
-        matrix,
-        aspect="auto",
-        origin="upper",
-        interpolation="nearest",
-        cmap="viridis",
-        extent=(0.0, x_end, t_out - 0.5, -0.5),
-    )
-    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
-    ax.set_xlabel("time (s)" if frame_seconds is not None else "input frame")
-    ax.set_ylabel("output step")
-    if output_labels is not None:
-        ax.set_yticks(range(t_out))
-        ax.set_yticklabels(["␣" if label == " " else label for label in output_labels],
-                           fontsize=7)
+    _draw_alignment(fig, fig.subplots(), matrix, output_labels, frame_seconds)
     if title:
         _fitted_suptitle(fig, title)
     return _save(fig, path)
@@ -242,6 +283,42 @@ def _fitted_suptitle(fig: Figure, title: str, fontsize: float = 11.0, max_lines:
         if columns == 8 or width <= room:
             return
         columns = max(8, int(columns * 0.85))
+
+
+def save_alignment_and_occlusion(
+    weights: Any,
+    drops: Any,
+    path: str | Path,
+    output_labels: Sequence[str] | None = None,
+    frame_seconds: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """Save one PNG: the alignment (attention of each output step over time) beside the
+    occlusion map (the log-probability drop of each output step when a span of input frames is
+    removed), on the same axes.
+
+    Args:
+        weights (np.ndarray or torch.Tensor): attention `(T_out, T_in)`.
+        drops (np.ndarray or torch.Tensor): drops `(T_out, T_in)`; negative drops show as none.
+        path, output_labels, frame_seconds, title: as :func:`save_alignment`.
+    """
+    matrix, losses = _to_numpy(weights), _to_numpy(drops)
+    if matrix.ndim != 2 or matrix.shape != losses.shape:
+        raise ValueError(f"weights and drops must both be (T_out, T_in), got {matrix.shape} and {losses.shape}.")
+    t_out, t_in = matrix.shape
+    if output_labels is not None and len(output_labels) != t_out:
+        raise ValueError(f"need one label per output step: got {len(output_labels)} labels for {t_out} steps.")
+    width = min(max(t_in / 6.0, 10.0), 30.0)
+    height = min(max(t_out * 0.18, 3.0), 24.0)
+    fig = Figure(figsize=(width, height), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    _draw_alignment(fig, left, matrix, output_labels, frame_seconds)
+    left.set_title("attention", fontsize=9)
+    _draw_alignment(fig, right, np.clip(losses, 0.0, None), output_labels, frame_seconds, cmap="magma")
+    right.set_title("occlusion: log-probability drop", fontsize=9)
+    if title:
+        _fitted_suptitle(fig, title)
+    return _save(fig, path)
 
 
 def save_curves(
