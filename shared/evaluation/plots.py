@@ -28,7 +28,7 @@ from PIL import Image
 
 __all__ = [
     "overlay_attention", "save_caption_grid", "save_attention_and_occlusion", "save_alignment",
-    "save_alignment_and_occlusion", "save_curves",
+    "save_alignment_and_occlusion", "save_curves", "save_lines",
 ]
 
 _CMAP = "jet"  # the colour map of the paper's figures; its hot end stands out on photos
@@ -353,6 +353,37 @@ def save_curves(
         # a marker keeps curves with one or two points (e.g. early validation) visible
         ax.plot(data[:, 0], data[:, 1], marker="." if len(data) < 50 else None)
     axes[-1].set_xlabel("step")
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def save_lines(
+    series: dict[str, Sequence[tuple[float, float]]],
+    path: str | Path,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+) -> Path:
+    """Save one plot with a line per named series, e.g. a metric against input length per model.
+
+    Args:
+        series (dict of str to list of (x, y)): one entry per line (its legend label).
+        path (str or Path): where to write the PNG; parent folders are created.
+        xlabel (str): the x axis's label. ylabel (str): the y axis's label.
+        title (str or None, optional): figure title. (Default: ``None``)
+    """
+    if not series:
+        raise ValueError("series must hold at least one named line, got an empty dict.")
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.subplots()
+    for name, points in series.items():
+        data = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        ax.plot(data[:, 0], data[:, 1], marker="o", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
     if title:
         fig.suptitle(title)
     return _save(fig, path)
