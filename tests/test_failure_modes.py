@@ -1,0 +1,43 @@
+"""scripts/failure_modes.py on tiny untrained models: every example is written, and the mask holds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import failure_modes  # noqa: E402
+from shared.training.model_files import export_folder  # noqa: E402
+from show_attend.module import CaptionerModule  # noqa: E402
+from speech_attend.model import build_recognizer  # noqa: E402
+from tiny import TINY_SPEECH_CONFIG  # noqa: E402
+
+
+def test_the_three_examples(tiny_synth, tmp_path):
+    torch.manual_seed(0)
+    words = ["a", "big", "small", "red", "green", "blue", "yellow", "purple", "orange", "white", "circle", "square",
+             "triangle", "diamond", "left", "of", "above"]
+    captioner = CaptionerModule(words, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+                                decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8}, image_size=32, max_decode_length=6)
+    export_folder(tmp_path / "captioner", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
+    hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefghijklmnopqrstuvwxyz '")}
+    recognizer, _, _ = build_recognizer(hparams)
+    export_folder(tmp_path / "recognizer", "speech-attend", recognizer.state_dict(), hparams)
+    out = tmp_path / "out"
+    assert failure_modes.main(["--captioner", str(tmp_path / "captioner"), "--recognizer", str(tmp_path / "recognizer"),
+                               "--data", str(tiny_synth), "--out", str(out)]) == 0
+    results = json.loads((out / "failure_modes.json").read_text())
+    identical = results["identical"]
+    reference = identical["reference"].split()
+    assert reference[1:4] == reference[-3:]  # two objects named alike: "a big red circle ... a big red circle"
+    assert all(0 <= w["on_first"] + w["on_second"] <= 1 + 1e-6 for w in identical["words"])
+    assert results["longer"]["objects"] == 6 and len(results["longer"]["reference"].split()) > 20
+    mask = results["wrong_mask"]
+    assert mask["seconds"] < mask["padded_to_seconds"]
+    assert mask["mask_right"]["attention_on_padding"] == 0.0  # masked positions get exactly zero weight
+    assert mask["mask_dropped"]["attention_on_padding"] > 0.0  # without the mask, softmax gives the padding a share
+    for name in ("identical.png", "longer.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
