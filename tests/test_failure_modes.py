@@ -41,3 +41,21 @@ def test_the_three_examples(tiny_synth, tmp_path):
     assert mask["mask_dropped"]["attention_on_padding"] > 0.0  # without the mask, softmax gives the padding a share
     for name in ("identical.png", "longer.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_faithfulness_scores_every_word_of_every_image(tiny_shapes, tmp_path, capsys):
+    import faithfulness
+
+    torch.manual_seed(0)
+    from show_attend.datamodule import CaptionDataModule
+
+    words = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1).vocabulary_tokens
+    captioner = CaptionerModule(words, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+                                decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8}, image_size=32, max_decode_length=6)
+    export_folder(tmp_path / "model", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
+    assert faithfulness.main(["--ckpt", f"tiny={tmp_path / 'model'}", "--data", str(tiny_shapes), "--out", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "full" / "faithfulness.json").read_text())["tiny"]
+    assert result["images"] == 4 and result["words"] > 0
+    for key in ("pointing_attention", "pointing_occlusion", "peaks_differ", "attention_peak_in_top3"):
+        assert 0.0 <= result[key] <= 1.0
+    assert "| tiny |" in capsys.readouterr().out
