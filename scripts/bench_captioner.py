@@ -1,6 +1,7 @@
 """Captioner benchmarks at the paper's size, fast path against the naive one, in one run.
 
     python scripts/bench_captioner.py [--device cpu|cuda] [--quick] [--json]
+    python scripts/bench_captioner.py --against REV [--quick] [--json]   (this code's training step against REV's)
 
 1. Training step (forward + backward + Adam) of the Show, Attend and Tell decoder on a 14x14
    grid of 2048-d features, embedding/attention/LSTM 512, 10,000 words, batch 32, captions of
@@ -93,7 +94,7 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
 
         def step():
             with autocast(device, precision):  # forward and loss; backward follows the forward's dtypes
-                out = decoder(features, captions[:, :-1])
+                out = decoder(features, captions[:, :-1], lengths)  # the real steps only, as in training
                 loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
                 loss = loss + doubly_stochastic_penalty(out.alphas.float(), step_mask).mean()
             optimizer.zero_grad(set_to_none=True)
@@ -200,7 +201,7 @@ def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
         cache = np.load(Path(tmp) / "train.npy", mmap_mode="r")
 
         def train(features):
-            out = decoder(features, captions[:, :-1])
+            out = decoder(features, captions[:, :-1], lengths)
             loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -232,7 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and images (under 2 minutes on 2 CPU cores)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    parser.add_argument("--against", metavar="REV", default=None,
+                        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)")
     args = parser.parse_args(argv)
+    if args.against:
+        import bench_against
+
+        result = bench_against.compare("captioner", args.against, args.quick)
+        print(json.dumps(result) if args.json else bench_against.report(result))
+        return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")

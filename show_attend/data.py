@@ -333,7 +333,7 @@ class CaptionDataset(Dataset):
 
 
 def collate(items: list[dict | BadSample]) -> dict:
-    """Stack a list of items into a batch, leaving out unreadable ones.
+    """Stack a list of items into a batch, longest caption first, leaving out unreadable ones.
 
     Returns:
         dict: ``captions`` `(B, T + 1)` (``<sos>`` ... ``<eos>``, padded with 0), ``lengths`` `(B,)`
@@ -346,6 +346,7 @@ def collate(items: list[dict | BadSample]) -> dict:
     items, skipped = drop_bad_samples(items)
     if not items:
         return {"batch_size": 0, "skipped": skipped}
+    items = sorted(items, key=lambda item: -len(item["caption"]))  # longest first: the decoder drops ended captions
     captions = [item["caption"] for item in items]
     batch = {
         "batch_size": len(items),

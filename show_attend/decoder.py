@@ -127,33 +127,76 @@ class Decoder(nn.Module):
         hidden = torch.tanh(embedded + self.out_hidden(self.dropout(h)) + self.out_context(context))  # (..., m)
         return self.out_vocab(self.dropout(hidden))
 
-    def forward(self, features: torch.Tensor, inputs: torch.Tensor, sample: bool = False) -> DecoderOutput:
+    def forward(
+        self, features: torch.Tensor, inputs: torch.Tensor, lengths: torch.Tensor | None = None, sample: bool = False
+    ) -> DecoderOutput:
         """Teacher-forced pass over whole captions.
+
+        With ``lengths``, each step runs only the captions that still have a word to predict:
+        the batch is ordered longest first, so the live captions are the first rows, and step
+        ``t`` works on ``(lengths > t).sum()`` of them. The deep output layer then runs on the
+        real steps only, never on padding.
 
         Args:
             features (torch.Tensor): annotation vectors `(B, L, D)`.
             inputs (torch.Tensor): input words `(B, T)`, ``<sos>`` first (the captions without
                 their last token).
+            lengths (torch.Tensor or None): words to predict per caption `(B,)` (``<eos>``
+                included); ``None``: all ``T`` for every caption.
             sample (bool): hard attention: read a sampled location instead of the expected context.
 
         Returns:
-            DecoderOutput: logits `(B, T, V)` for the next words, weights `(B, T, L)` and, when
-            sampling, the samples' log-probabilities `(B, T)`.
+            DecoderOutput: logits for the next words, `(B, T, V)` without ``lengths``, and with
+            them `(N, V)` for the ``N`` real steps in (caption, step) order, the order of
+            ``lengths_to_mask(lengths, T).nonzero()``; weights `(B, T, L)` and, when sampling, the
+            samples' log-probabilities `(B, T)`, both 0 at padded steps.
         """
+        batch, steps = inputs.shape
+        if lengths is None:
+            lengths = torch.full((batch,), steps, dtype=torch.long, device=inputs.device)
+            packed = False
+        else:
+            packed = True
+        order = lengths.argsort(descending=True, stable=True)  # longest first: live captions are the first rows
+        if bool((order == torch.arange(batch, device=order.device)).all()):
+            order = None  # already in order (the data's batches are): no copies
+        else:
+            features, inputs, lengths = features[order], inputs[order], lengths[order]
+        live = (lengths[None, :] > torch.arange(steps, device=lengths.device)[:, None]).sum(1).tolist()  # rows live at each step
         memory, (h, c) = self.start(features)
         embedded = self.embedding(inputs)  # (B, T, m)
         embed_gates = self.embed_to_gates(embedded)  # (B, T, 4n): the word's share of eq. 1, all steps at once
         hs, contexts, alphas, log_probs = [], [], [], []
-        for t in range(inputs.size(1)):
+        for t, rows in enumerate(live):
+            if rows < h.size(0):  # captions that ended leave the batch
+                h, c, memory = h[:rows], c[:rows], Memory(*(x if x is None else x[:rows] for x in memory))
             context, alpha, log_prob = self._attend(h, memory, sample)
-            h, c = self._lstm(embed_gates[:, t], context, h, c)
+            h, c = self._lstm(embed_gates[:rows, t], context, h, c)
             hs.append(h)
             contexts.append(context)
             alphas.append(alpha)
             log_probs.append(log_prob)
-        logits = self._output(embedded, torch.stack(hs, 1), torch.stack(contexts, 1))  # (B, T, V)
-        sample_log_probs = torch.stack(log_probs, 1) if sample else None  # (B, T)
-        return DecoderOutput(logits, torch.stack(alphas, 1), sample_log_probs)
+        # The real steps, from step-major (all captions at t, then t + 1) to (caption, step) order.
+        step_of = torch.cat([torch.full((rows,), t, device=inputs.device) for t, rows in enumerate(live)])
+        row_of = torch.cat([torch.arange(rows, device=inputs.device) for rows in live])
+        flat = row_of * steps + step_of  # (N,) position in the (sorted) B x T grid
+        reorder = flat.argsort()
+        row_of, step_of = row_of[reorder], step_of[reorder]
+        logits = self._output(embedded[row_of, step_of], torch.cat(hs)[reorder], torch.cat(contexts)[reorder])  # (N, V)
+        weights = features.new_zeros(batch, steps, features.size(1))
+        weights[row_of, step_of] = torch.cat(alphas)[reorder].to(weights.dtype)  # (B, T, L), 0 at padding
+        sample_log_probs = None
+        if sample:
+            sample_log_probs = weights.new_zeros(batch, steps)
+            sample_log_probs[row_of, step_of] = torch.cat(log_probs)[reorder].to(weights.dtype)
+        if order is not None:  # back to the caller's order of captions
+            inverse = order.argsort()
+            weights = weights[inverse]
+            sample_log_probs = None if sample_log_probs is None else sample_log_probs[inverse]
+            logits = logits[(order[row_of] * steps + step_of).argsort()]  # by original caption, then step
+        if not packed:
+            logits = logits.view(batch, steps, -1)
+        return DecoderOutput(logits, weights, sample_log_probs)
 
     def step(self, tokens: torch.Tensor, state: State, memory: Memory) -> tuple[torch.Tensor, State, torch.Tensor]:
         """One decoding step with the expected context (test time, both soft and hard models).

@@ -73,18 +73,23 @@ class Captioner(nn.Module):
         """Annotation vectors `(B, L, D)` of normalised images `(B, 3, S, S)`."""
         return self.encoder(images)
 
-    def forward(self, features: torch.Tensor, inputs: torch.Tensor, sample: bool = False) -> DecoderOutput:
+    def forward(
+        self, features: torch.Tensor, inputs: torch.Tensor, lengths: torch.Tensor | None = None, sample: bool = False
+    ) -> DecoderOutput:
         """Teacher-forced pass: the decoder reads the caption's words and predicts the next ones.
 
         Args:
             features (torch.Tensor): annotation vectors `(B, L, D)`.
             inputs (torch.Tensor): input words `(B, T)`, ``<sos>`` first.
+            lengths (torch.Tensor or None, optional): words to predict per caption `(B,)`; with
+                them only the real steps run (see :meth:`Decoder.forward`). (Default: ``None``)
             sample (bool, optional): hard attention reads sampled locations. (Default: ``False``)
 
         Returns:
-            DecoderOutput: logits `(B, T, V)`, weights `(B, T, L)` (and the samples' log-probabilities).
+            DecoderOutput: logits `(B, T, V)`, or `(N, V)` for the ``N`` real steps with
+            ``lengths``; weights `(B, T, L)` (and the samples' log-probabilities).
         """
-        return self.decoder(features, inputs, sample=sample)
+        return self.decoder(features, inputs, lengths, sample)
 
     @torch.no_grad()
     def generate(self, features: torch.Tensor, beam_size: int | None = None, max_length: int | None = None) -> list[Hypothesis]:

@@ -58,9 +58,18 @@ def doubly_stochastic_penalty(alphas: torch.Tensor, step_mask: torch.Tensor) -> 
 
 
 def caption_loss(logits: torch.Tensor, targets: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
-    """``-log p(y | a)`` of each caption `(B,)`: token cross-entropies summed over real steps."""
-    nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # (B, T)
-    return (nll * step_mask).sum(1)
+    """``-log p(y | a)`` of each caption `(B,)`: token cross-entropies summed over real steps.
+
+    Args:
+        logits (torch.Tensor): `(N, V)` at the real steps in (caption, step) order (a packed
+            :meth:`Decoder.forward`), or `(B, T, V)` at every step.
+        targets (torch.Tensor): the words to predict `(B, T)`.
+        step_mask (torch.Tensor): bool `(B, T)`, ``True`` at real steps.
+    """
+    if logits.dim() == 3:
+        logits = logits[step_mask]  # (N, V)
+    nll = F.cross_entropy(logits.float(), targets[step_mask], reduction="none")  # (N,)
+    return nll.new_zeros(targets.size(0)).index_add_(0, step_mask.nonzero()[:, 0], nll)
 
 
 class CaptionerModule(AttendModule):
@@ -143,7 +152,7 @@ class CaptionerModule(AttendModule):
         captions, lengths = batch["captions"], batch["lengths"]
         inputs, targets = captions[:, :-1], captions[:, 1:]  # (B, T) each
         features = self._features(batch) if features is None else features
-        out = self.model(features, inputs, sample=sample)
+        out = self.model(features, inputs, lengths, sample)  # only the real steps run
         step_mask = lengths_to_mask(lengths, targets.size(1))  # (B, T)
         nll = caption_loss(out.logits, targets, step_mask)  # (B,)
         penalty = doubly_stochastic_penalty(out.alphas.float(), step_mask)  # (B,)
