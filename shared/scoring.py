@@ -20,6 +20,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 __all__ = [
     "Score",
@@ -179,8 +180,12 @@ class LocationAwareScore(AdditiveScore):
         batch, steps = query.shape[:2]
         if prev_weights is None:
             prev_weights = projected_keys.new_zeros(batch, steps, projected_keys.size(1))
-        prev_weights = prev_weights.reshape(batch * steps, 1, -1)  # each query has its own previous alignment
-        location = self.location_conv(prev_weights).transpose(1, 2).reshape(batch, steps, -1, self.location_conv.out_channels)
+        # F * alpha_prev as one product over windows (a strided view, no copy): the convolution's
+        # own CPU kernel is slow for one input channel and a wide kernel, above all backwards.
+        kernel, filters = self.location_conv.kernel_size[0], self.location_conv.out_channels
+        previous = prev_weights.reshape(batch * steps, -1)  # each query has its own previous alignment
+        windows = F.pad(previous, (kernel // 2, kernel // 2)).unfold(-1, kernel, 1)  # (B*T, L, kernel)
+        location = (windows @ self.location_conv.weight.view(filters, kernel).t()).view(batch, steps, -1, filters)  # (B, T, L, F)
         # e = v^T tanh(W_q q + (W_k k + b) + U f), with U f (B, T, L, A) made block by block.
         scores = self._mlp_scores(self.query_proj(query), projected_keys, lambda rows: self.location_proj(location[rows]))
         return scores.squeeze(1) if squeeze else scores

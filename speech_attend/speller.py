@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from shared import Attention, Memory, build_score
 
@@ -27,6 +28,14 @@ __all__ = ["Speller", "SpellerState"]
 # (hidden (B, layers, H), cell (B, layers, H), context (B, D_enc), weights (B, L)); every
 # tensor has the batch first, as shared.beam_search reorders state along dim 0.
 SpellerState = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _lstm_update(gates: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An LSTM cell's update from its summed gates `(B, 4H)` (nn.LSTMCell's order: input, forget,
+    cell, output): the new hidden and cell states, each `(B, H)`."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(cell), cell
 
 
 class Speller(nn.Module):
@@ -104,21 +113,31 @@ class Speller(nn.Module):
         weights = memory.mask.float() / memory.mask.sum(1, keepdim=True).clamp_min(1).float()  # (B, L)
         return zeros, zeros.clone(), memory.values.new_zeros(batch, self.encoder_dim), weights.to(memory.values.dtype)
 
+    def _input_gates(self, embedded: torch.Tensor) -> torch.Tensor:
+        """The previous character's share of the first LSTM layer's gates, with both its biases:
+        `(..., E)` -> `(..., 4H)`. It does not depend on the state, so teacher forcing computes
+        it for all steps in one product."""
+        first = self.cells[0]
+        return F.linear(embedded, first.weight_ih[:, : embedded.size(-1)], first.bias_ih + first.bias_hh)
+
     def _advance(
-        self, embedded: torch.Tensor, state: SpellerState, memory: Memory
+        self, input_gates: torch.Tensor, state: SpellerState, memory: Memory
     ) -> tuple[torch.Tensor, SpellerState]:
-        """One step from embedded previous characters `(B, E)`; returns ``[s_i; c_i]`` `(B, H + D_enc)`."""
+        """One step from the previous characters' gate shares `(B, 4H)`; returns ``[s_i; c_i]`` `(B, H + D_enc)`."""
         hidden, cell, context, weights = state
-        x = torch.cat([embedded, context], dim=-1)  # input feeding: (B, E + D_enc)
-        new_h, new_c = [], []
-        for layer, lstm in enumerate(self.cells):
-            h, c = lstm(x, (hidden[:, layer], cell[:, layer]))  # (B, H)
+        first = self.cells[0]
+        # Layer 1 reads [embedded character; previous context] (input feeding): its gates are the
+        # character's share, the context's and the recurrent one, as nn.LSTMCell would sum them.
+        gates = input_gates + F.linear(context, first.weight_ih[:, self.embedding.embedding_dim :]) + F.linear(hidden[:, 0], first.weight_hh)
+        h, c = _lstm_update(gates, cell[:, 0])  # (B, H)
+        new_h, new_c = [h], [c]
+        for layer in range(1, self.layers):
+            h, c = self.cells[layer](self.dropout(h), (hidden[:, layer], cell[:, layer]))  # dropout between layers only
             new_h.append(h)
             new_c.append(c)
-            x = self.dropout(h) if layer < self.layers - 1 else h  # between layers only
-        context, weights = self.attention(self.query_proj(x), memory, weights)  # (B, D_enc), (B, L)
+        context, weights = self.attention(self.query_proj(h), memory, weights)  # (B, D_enc), (B, L)
         state = (torch.stack(new_h, 1), torch.stack(new_c, 1), context, weights)
-        return torch.cat([x, context], dim=-1), state
+        return torch.cat([h, context], dim=-1), state
 
     def step(self, tokens: torch.Tensor, state: SpellerState, memory: Memory) -> tuple[torch.Tensor, SpellerState, torch.Tensor]:
         """Advance by one character: the step function for :func:`shared.beam_search`.
@@ -133,7 +152,7 @@ class Speller(nn.Module):
             (torch.Tensor, SpellerState, torch.Tensor): log-probabilities `(N, V)`, the new
             state, and the attention weights `(N, L)`.
         """
-        features, state = self._advance(self.embedding(tokens), state, memory)
+        features, state = self._advance(self._input_gates(self.embedding(tokens)), state, memory)
         return self.output(features).float().log_softmax(-1), state, state[3]
 
     def forward(
@@ -152,13 +171,13 @@ class Speller(nn.Module):
             (torch.Tensor, torch.Tensor): logits `(B, U, V)` and attention weights `(B, U, L)`.
         """
         state = self.initial_state(memory)
-        embedded = self.embedding(inputs)  # (B, U, E), looked up once for all steps
+        input_gates = self._input_gates(self.embedding(inputs))  # (B, U, 4H): the characters' shares, all steps at once
         outputs, alignments, logits = [], [], []
         for i in range(inputs.size(1)):
-            step_input = embedded[:, i]
+            step_input = input_gates[:, i]
             if sampling_probability > 0 and i > 0:
                 sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
-                predicted = self.embedding(logits[-1].detach().argmax(-1))  # (B, E)
+                predicted = self._input_gates(self.embedding(logits[-1].detach().argmax(-1)))  # (B, 4H)
                 step_input = torch.where(sampled[:, None], predicted, step_input)
             features, state = self._advance(step_input, state, memory)
             outputs.append(features)
