@@ -27,7 +27,7 @@ from demo_page import build_page  # noqa: E402
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOW_IMAGES, SPEECH_FILES = 6, 6
+SHOW_IMAGES, SPEECH_FILES, EXPLAIN_IMAGES = 6, 6, 24
 
 
 def _stage(title: str) -> None:
@@ -36,7 +36,8 @@ def _stage(title: str) -> None:
 
 def _run(args: list[str]) -> None:
     """Run one app command, its progress streaming to the terminal; stop the demo if it fails."""
-    print("   $ " + " ".join(args[2:] if args[:2] == [sys.executable, "-m"] else args), flush=True)
+    shown = args[2:] if args[:2] == [sys.executable, "-m"] else args[1:] if args[0] == sys.executable else args
+    print("   $ " + " ".join(map(str, shown)), flush=True)
     result = subprocess.run(args, cwd=ROOT)
     if result.returncode != 0:
         raise SystemExit(f"demo: the step above failed (exit code {result.returncode})")
@@ -97,20 +98,61 @@ def _curves(run: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
     return {name: sorted(points) for name, points in series.items() if points}
 
 
-def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
+def _explain(checkpoint: Path, images: list[Path], folder: Path) -> dict:
+    """``show-attend explain`` on test images: the summary, the three images where attention and
+    occlusion disagree most and the one where they agree most (for the page)."""
+    _run(_app("show_attend", "explain", "--ckpt", checkpoint, *images, "--out", folder))
+    words = [json.loads(line) for line in (folder / "explain.jsonl").read_text().splitlines()]
+    per_image: dict[str, list[dict]] = {}
+    for word in words:
+        per_image.setdefault(word["image"], []).append(word)
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else 0.0
+
+    examples = []
+    for image, ws in per_image.items():
+        examples.append({"png": f"explain/{Path(image).stem}.png", "caption": " ".join(w["word"] for w in ws),
+                         "rank_correlation": mean(w["rank_correlation"] for w in ws), "words": len(ws),
+                         "in_top3": sum(w["attention_peak_in_top_occlusion"] for w in ws)})
+    examples.sort(key=lambda e: e["rank_correlation"])
+    summary = {
+        "images": len(per_image), "words": len(words),
+        "peak_in_top3": mean(w["attention_peak_in_top_occlusion"] for w in words),
+        "peaks_differ": mean(w["attention_peak"] != w["occlusion_peak"] for w in words),
+        "rank_correlation": mean(w["rank_correlation"] for w in words),
+        "drop_at_attention_peak": mean(w["drop_at_attention_peak"] for w in words),
+        "drop_at_random": mean(w["drop_at_random"] for w in words),
+    }
+    return {"summary": summary, "disagree": examples[:3], "agree": examples[-1:]}
+
+
+def _bottleneck() -> dict:
+    """The bottleneck plots, if ``scripts/bottleneck.py`` has been run (full run first), copied beside the page."""
+    command = "python scripts/bottleneck.py --quick"
+    for kind in ("full", "quick"):
+        folder = ROOT / "outputs" / "bottleneck" / kind
+        plots = sorted(folder.glob("*.png")) if (folder / "results.json").is_file() else []
+        if plots:
+            return {"command": command.replace(" --quick", "") if kind == "full" else command, "plots": [str(p) for p in plots]}
+    return {"command": command, "plots": []}
+
+
+def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, dict, Path]:
     from shared.evaluation.plots import save_curves
 
     data_dir, config = data_root / "shapes", "configs/show_attend/demo.yaml"
-    _stage("Captioner 1/3: built-in shapes data")
+    _stage("Captioner 1/4: built-in shapes data")
     if not (data_dir / "dataset_shapes.json").is_file():
         _run(_app("show_attend", "prepare", "shapes", "--out", data_dir))
     else:
         print(f"   reusing {data_dir.relative_to(ROOT)}")
-    _stage("Captioner 2/3: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
+    _stage("Captioner 2/4: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
     run, test, seconds = _train("show_attend", config, data_dir)
     checkpoint = run / "checkpoints" / "last.ckpt"
 
-    _stage("Captioner 3/3: caption test images with attention overlays")
+    _stage("Captioner 3/4: caption test images with attention overlays")
     dataset = json.loads((data_dir / "dataset_shapes.json").read_text())
     tests = [im for im in dataset["images"] if im["split"] == "test"][:SHOW_IMAGES]
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -127,6 +169,9 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
         })
     curve = out / "curves" / "captioner.png"
     save_curves(_curves(run, "exact_match"), curve, "captioner (shapes, soft attention)")
+    _stage("Captioner 4/4: attention against occlusion (show-attend explain)")
+    explained = [data_dir / "images" / im["filename"] for im in dataset["images"] if im["split"] == "test"][:EXPLAIN_IMAGES]
+    explain = _explain(checkpoint, explained, out / "explain")
     metrics = {
         "exact_match": test.get("exact_match"),
         "bleu4": test.get("bleu4"),
@@ -134,10 +179,10 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
         "pointing_accuracy": test.get("pointing_accuracy"),
         "train_seconds": seconds,
     }
-    return metrics, captions, {"Captioner": "curves/captioner.png"}
+    return metrics, captions, {"Captioner": "curves/captioner.png"}, explain, checkpoint
 
 
-def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
+def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, Path]:
     from shared.evaluation.plots import save_curves
     from speech_attend.corpora import read_librispeech
 
@@ -175,7 +220,7 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict]:
         })
     save_curves(_curves(run, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
     metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
-    return metrics, transcripts, {"Recognizer": "curves/recognizer.png"}
+    return metrics, transcripts, {"Recognizer": "curves/recognizer.png"}, checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,11 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
-    caption_metrics, captions, caption_curves = captioner(out, data_root)
-    speech_metrics, transcripts, speech_curves = recognizer(out, data_root)
+    caption_metrics, captions, caption_curves, explain, caption_model = captioner(out, data_root)
+    speech_metrics, transcripts, speech_curves, speech_model = recognizer(out, data_root)
     metrics = {"captioner": caption_metrics, "recognizer": speech_metrics}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    page = build_page(out, metrics, captions, transcripts, {**caption_curves, **speech_curves})
+    _stage("Failure modes: identical objects, a longer scene, a dropped mask (scripts/failure_modes.py)")
+    _run([sys.executable, str(ROOT / "scripts" / "failure_modes.py"), "--captioner", caption_model, "--recognizer", speech_model,
+          "--data", data_root / "synth", "--out", out])
+    failures = json.loads((out / "failure_modes.json").read_text())
+    bottleneck = _bottleneck()
+    for i, plot in enumerate(bottleneck["plots"]):
+        bottleneck["plots"][i] = str(Path(shutil.copy(plot, out / "curves" / f"bottleneck_{Path(plot).name}")).relative_to(out))
+    page = build_page(out, metrics, captions, transcripts, {**caption_curves, **speech_curves}, explain, bottleneck, failures)
 
     _stage(f"Done in {time.perf_counter() - start:.0f} s")
     print(f"   open {page}")

@@ -73,7 +73,72 @@ def _metric_rows(metrics: dict) -> str:
     return "\n".join(rows)
 
 
-def build_page(out_dir: str | Path, metrics: dict, captions: list[dict], transcripts: list[dict], curves: dict[str, str]) -> Path:
+def _explain_section(explain: dict) -> list[str]:
+    """What attention buys and what its weights do not prove: the explain summary and examples."""
+    summary = explain["summary"]
+    body = [
+        "<h2>Attention against occlusion: what the weights do not prove</h2>",
+        '<p class="small">For each word of the captioner\'s own caption: where it looked (attention) beside '
+        "what the word depended on (occlusion: how far the word's log-probability falls when one cell of the "
+        f"feature grid is replaced by the image's mean feature). Over {summary['words']} words of "
+        f"{summary['images']} test images (<code>show-attend explain</code>): the attention peak was among the "
+        f"3 most decisive cells for {summary['peak_in_top3']:.0%} of the words, the two peaks were different cells "
+        f"for {summary['peaks_differ']:.0%}, the mean rank correlation of the two maps was {summary['rank_correlation']:.2f}, "
+        f"and removing the attention peak lowered the word's log-probability by {summary['drop_at_attention_peak']:.3f} "
+        f"on average, against {summary['drop_at_random']:.3f} for a random cell.</p>",
+    ]
+    for title, items in (("Where they disagree most", explain["disagree"]), ("Where they agree", explain["agree"])):
+        body.append(f"<h3>{html.escape(title)}</h3>")
+        for item in items:
+            body.append(
+                f'<div class="item"><div class="row"><span class="label">caption</span><b>{html.escape(item["caption"])}</b></div>'
+                f'<div class="small">mean rank correlation {item["rank_correlation"]:.2f}; attention peak among the 3 most '
+                f'decisive cells for {item["in_top3"]} of {item["words"]} words</div>'
+                f'<img class="overlay" src="{html.escape(item["png"])}" alt="attention and occlusion"></div>'
+            )
+    return body
+
+
+def _bottleneck_section(bottleneck: dict) -> list[str]:
+    body = ["<h2>What attention buys: attention against one fixed vector</h2>"]
+    if not bottleneck.get("plots"):
+        return body + [f'<p class="small">Not run yet: <code>{html.escape(bottleneck["command"])}</code> trains both '
+                       "apps with and without attention and plots their scores against input length (about 10 minutes "
+                       "with --quick on 2 CPU cores); this page then shows the plots.</p>"]
+    body.append(f'<p class="small">From <code>{html.escape(bottleneck["command"])}</code>: the same model and budget, '
+                "one reading every position through attention, one reading their mean.</p>")
+    return body + [f'<img class="alignment" src="{html.escape(path)}" alt="bottleneck plot">' for path in bottleneck["plots"]]
+
+
+def _failure_section(failures: dict) -> list[str]:
+    identical, longer, mask = failures["identical"], failures["longer"], failures["wrong_mask"]
+    shares = ", ".join(f"{w['word']}: {w['on_first']:.2f} / {w['on_second']:.2f}" for w in identical["words"])
+    body = [
+        "<h2>Three failure modes, reproduced</h2>",
+        "<h3>Two identical objects</h3>",
+        f'<p>caption: <b>{html.escape(identical["caption"])}</b> (reference: {html.escape(identical["reference"])})</p>',
+        f'<p class="small">attention mass on the first / second object for the words naming them: {html.escape(shares)}</p>',
+        f'<img class="overlay" src="{html.escape(identical["image"])}" alt="two identical objects">',
+        "<h3>Longer than training: six objects (training had one to four)</h3>",
+        f'<p>caption: <b>{html.escape(longer["caption"])}</b><br><span class="small">reference: {html.escape(longer["reference"])}</span></p>',
+        f'<img class="overlay" src="{html.escape(longer["image"])}" alt="six objects">',
+        "<h3>A dropped padding mask</h3>",
+        f'<p class="small">A {mask["seconds"]} s utterance padded to {mask["padded_to_seconds"]} s in one batch. Reference: '
+        f'{html.escape(mask["reference"])}</p>',
+    ]
+    for name, label in (("mask_right", "with its mask"), ("mask_dropped", "mask dropped")):
+        result = mask[name]
+        body.append(f'<p>{label}: <b>{html.escape(result["text"])}</b> <span class="small">(CER {result["cer"]:.2f}; '
+                    f'{result["attention_on_padding"]:.0%} of the attention on padding)</span></p>')
+        if result.get("image"):
+            body.append(f'<img class="alignment" src="{html.escape(result["image"])}" alt="{label}">')
+    return body
+
+
+def build_page(
+    out_dir: str | Path, metrics: dict, captions: list[dict], transcripts: list[dict], curves: dict[str, str],
+    explain: dict | None = None, bottleneck: dict | None = None, failures: dict | None = None,
+) -> Path:
     """Write ``out_dir/index.html``.
 
     Args:
@@ -82,6 +147,10 @@ def build_page(out_dir: str | Path, metrics: dict, captions: list[dict], transcr
         captions (list of dict): ``image``, ``caption``, ``references`` (list), ``overlay``.
         transcripts (list of dict): ``audio``, ``reference``, ``text``, ``alignment``, ``duration_s``.
         curves (dict): title -> PNG of training curves.
+        explain (dict or None): ``summary`` (numbers) and the ``disagree`` and ``agree`` examples
+            (``caption``, ``png``, ``rank_correlation``, ``in_top3``, ``words``).
+        bottleneck (dict or None): ``command`` and ``plots`` (PNGs; empty when not run yet).
+        failures (dict or None): what ``scripts/failure_modes.py`` wrote.
 
     Returns:
         Path: the page.
@@ -119,6 +188,12 @@ def build_page(out_dir: str | Path, metrics: dict, captions: list[dict], transcr
             f'<div class="row"><span class="label">transcript</span>{highlight_errors(item["reference"], item["text"])}</div>'
             f"{alignment}</div>"
         )
+    if explain:
+        body += _explain_section(explain)
+    if bottleneck:
+        body += _bottleneck_section(bottleneck)
+    if failures:
+        body += _failure_section(failures)
     body.append("<h2>Training curves</h2>")
     for title, path in curves.items():
         body.append(f'<h3>{html.escape(title)}</h3><img class="alignment" src="{html.escape(path)}" alt="{html.escape(title)}">')

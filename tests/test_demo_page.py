@@ -54,3 +54,32 @@ def test_a_caption_is_marked_exact_only_when_it_equals_a_reference(tmp_path):
 
     assert "&#10003; exact match" in page_for("a small red circle")
     assert "differs from every reference" in page_for("a big red circle")
+
+
+def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
+    explain = {
+        "summary": {"images": 2, "words": 9, "peak_in_top3": 0.5, "peaks_differ": 0.6, "rank_correlation": 0.2,
+                    "drop_at_attention_peak": 0.4, "drop_at_random": 0.01},
+        "disagree": [{"png": _touch(tmp_path / "explain/a.png"), "caption": "a red circle", "rank_correlation": -0.1,
+                      "in_top3": 1, "words": 4}],
+        "agree": [{"png": _touch(tmp_path / "explain/b.png"), "caption": "a blue square", "rank_correlation": 0.8,
+                   "in_top3": 4, "words": 5}],
+    }
+    failures = {
+        "identical": {"caption": "a red circle left of a red circle", "reference": "a big red circle left of a big red circle",
+                      "image": _touch(tmp_path / "identical.png"), "words": [{"word": "red", "on_first": 0.4, "on_second": 0.5}]},
+        "longer": {"caption": "a red circle", "reference": "six objects", "image": _touch(tmp_path / "longer.png"), "objects": 6},
+        "wrong_mask": {"reference": "no bird spoke", "seconds": 0.9, "padded_to_seconds": 3.9,
+                       "mask_right": {"text": "no bird spoke", "cer": 0.0, "attention_on_padding": 0.0, "image": _touch(tmp_path / "mask_right.png")},
+                       "mask_dropped": {"text": "no bird spoke spoke", "cer": 0.4, "attention_on_padding": 0.3, "image": None}},
+    }
+    not_run = {"command": "python scripts/bottleneck.py --quick", "plots": []}
+    page = build_page(tmp_path, {}, [], [], {}, explain, not_run, failures)
+    text = page.read_text()
+    assert missing_links(page) == []
+    assert "explain/a.png" in text and "explain/b.png" in text and "50%" in text  # the summary's numbers
+    assert "Not run yet" in text and "python scripts/bottleneck.py --quick" in text
+    assert "30% of the attention on padding" in text and "identical.png" in text
+    run = {"command": "python scripts/bottleneck.py", "plots": [_touch(tmp_path / "curves/bottleneck_recognizer.png")]}
+    text = build_page(tmp_path, {}, [], [], {}, explain, run, failures).read_text()
+    assert 'src="curves/bottleneck_recognizer.png"' in text and "Not run yet" not in text
