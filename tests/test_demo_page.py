@@ -67,10 +67,10 @@ def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
     }
     failures = {
         "identical": {"caption": "a red circle left of a red circle", "reference": "a big red circle left of a big red circle",
-                      "image": _touch(tmp_path / "identical.png"), "words": [{"word": "red", "on_first": 0.4, "on_second": 0.5}]},
-        "longer": {"caption": "a red circle", "reference": "six objects", "image": _touch(tmp_path / "longer.png"), "objects": 6},
+                      "image": _touch(tmp_path / "failures" / "identical.png"), "words": [{"word": "red", "on_first": 0.4, "on_second": 0.5}]},
+        "longer": {"caption": "a red circle", "reference": "six objects", "image": _touch(tmp_path / "failures" / "longer.png"), "objects": 6},
         "wrong_mask": {"reference": "no bird spoke", "seconds": 0.9, "padded_to_seconds": 3.9,
-                       "mask_right": {"text": "no bird spoke", "cer": 0.0, "attention_on_padding": 0.0, "image": _touch(tmp_path / "mask_right.png")},
+                       "mask_right": {"text": "no bird spoke", "cer": 0.0, "attention_on_padding": 0.0, "image": _touch(tmp_path / "failures" / "mask_right.png")},
                        "mask_dropped": {"text": "no bird spoke spoke", "cer": 0.4, "attention_on_padding": 0.3, "image": None}},
     }
     not_run = {"command": "python scripts/bottleneck.py --quick", "plots": []}
@@ -79,7 +79,7 @@ def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
     assert missing_links(page) == []
     assert "explain/a.png" in text and "explain/b.png" in text and "50%" in text  # the summary's numbers
     assert "Not run yet" in text and "python scripts/bottleneck.py --quick" in text
-    assert "30% of the attention on padding" in text and "identical.png" in text
+    assert "30% of the attention on padding" in text and "failures/identical.png" in text
     run = {"command": "python scripts/bottleneck.py", "plots": [_touch(tmp_path / "curves/bottleneck_recognizer.png")]}
     text = build_page(tmp_path, {}, [], [], {}, explain, run, failures).read_text()
     assert 'src="curves/bottleneck_recognizer.png"' in text and "Not run yet" not in text
