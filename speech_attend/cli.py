@@ -2,7 +2,7 @@
 
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
-    speech-attend transcribe --ckpt CKPT AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]
+    speech-attend transcribe [--ckpt CKPT] AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]   (default: the shipped model)
     speech-attend export --ckpt CKPT --out DIR
     speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
@@ -99,16 +99,17 @@ AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")  # what a folder argument yie
 def _transcribe(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} transcribe", description="Transcribe audio files.")
     parser.add_argument("audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo), or folders of them")
-    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--ckpt", default=None,
+                        help="a .ckpt from fit, or a folder from export (default: the shipped model, models/speech_attend)")
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 8)")
     parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
                         help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: audio, text, duration_s, chunks")
     args = parser.parse_args(argv)
-    from .transcribe import Transcriber
+    from .transcribe import Transcriber, shipped_model
 
-    transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
+    transcriber = Transcriber(args.ckpt or shipped_model(), beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
     files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)

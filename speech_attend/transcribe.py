@@ -27,10 +27,22 @@ from .model import build_recognizer
 
 __all__ = [
     "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "export_model",
-    "SILENCE_DBFS", "APP",
+    "SILENCE_DBFS", "APP", "SHIPPED_MODEL", "shipped_model",
 ]
 
 APP = "speech-attend"
+SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "models" / "speech_attend"  # the model this project ships
+
+
+def shipped_model() -> Path:
+    """The shipped model's folder (what ``transcribe`` uses without ``--ckpt``).
+
+    Raises:
+        CheckpointError: it is not there (an install without the repository's ``models/``).
+    """
+    if not (SHIPPED_MODEL / "model.safetensors").is_file():
+        raise CheckpointError(f"{SHIPPED_MODEL}: the shipped model is not there; pass --ckpt with a model of your own")
+    return SHIPPED_MODEL
 
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
 _QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
