@@ -1,6 +1,6 @@
 """Check that a run's training loss fell, from its CSV log; print the first and last values.
 
-    python scripts/loss_fell.py RUN_DIR [--column train_loss] [--min-drop 0.2]
+    python scripts/loss_fell.py RUN_DIR [--column train/loss] [--min-drop 0.2]
 
 Exit code 0 when the mean of the last fifth of logged losses is at least ``min-drop``
 (relative) below the mean of the first fifth, 1 otherwise.
@@ -28,7 +28,7 @@ def losses(run_dir: Path, column: str) -> list[tuple[int, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--column", default="train_loss")
+    parser.add_argument("--column", default="train/loss")
     parser.add_argument("--min-drop", type=float, default=0.2)
     args = parser.parse_args(argv)
     values = losses(args.run_dir, args.column)

@@ -24,3 +24,16 @@ def test_matmul_gflop_counts_the_recurrent_products_of_native_lstms():
     with torch.no_grad(), native_cpu_kernels():
         assert matmul_gflop(lambda: lstm(x)) == 2 * 3 * 7 * (48 + 16) * 4 * 16 / 1e9
         assert matmul_gflop(lambda: cell(x[:, 0])) == 2 * 3 * (48 + 16) * 4 * 16 / 1e9
+
+
+def test_loss_fell_reads_a_run_s_metrics_csv(tmp_path, capsys):
+    import loss_fell
+
+    run = tmp_path / "run" / "version_0"
+    run.mkdir(parents=True)
+    rows = "\n".join(f"0,{step},{4.0 - step * 0.3:.2f}" for step in range(10))
+    (run / "metrics.csv").write_text("epoch,step,train/loss\n" + rows + "\n")
+    assert loss_fell.main([str(tmp_path / "run")]) == 0
+    assert "OK" in capsys.readouterr().out
+    (run / "metrics.csv").write_text("epoch,step,train/loss\n" + "\n".join(f"0,{s},3.0" for s in range(10)) + "\n")
+    assert loss_fell.main([str(tmp_path / "run")]) == 1
