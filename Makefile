@@ -2,24 +2,30 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+APP_STAMP := $(VENV)/.installed-app
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test tour clean
 
-$(STAMP): pyproject.toml
+# The apps alone: what the demo needs (the test extras add pytest, the WordNet text and piper).
+$(APP_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	@touch $(APP_STAMP)
+
+$(DEV_STAMP): $(APP_STAMP)
 	$(PY) -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(DEV_STAMP)
 
 # The main job: train both apps on built-in data, write outputs/demo/index.html (FRESH=1 starts over).
-demo: $(STAMP)
+demo: $(APP_STAMP)
 	$(PY) scripts/demo.py $(if $(FRESH),--fresh)
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest -q
 
-tour: $(STAMP)
+tour: $(APP_STAMP)
 	$(PY) -m shared.tour
 
 clean:
