@@ -150,8 +150,10 @@ class LAS(nn.Module):
                 f"expected at least {self.min_samples()} samples ({self.min_samples() / self.frontend.config.sample_rate:.3f} s)"
             )
         features, frames = self.frontend(waveforms, lengths)  # (B, T, n_mels)
-        with native_cpu_kernels():
+        if torch.is_grad_enabled():  # training: oneDNN's LSTM, much faster forwards and backwards
             return self.listener(features, frames)  # (B, L, 2H), (B,)
+        with native_cpu_kernels():  # decoding runs packed sequences, which oneDNN does not take
+            return self.listener(features, frames)
 
     def ctc_log_probs(self, states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """CTC log-probabilities `(B, L * u, V)` and their lengths `(B,)` (``u = ctc_upsample``)."""
@@ -178,8 +180,7 @@ class LAS(nn.Module):
             and, with a CTC head, ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
         """
         states, encoder_lengths = self.encode(waveforms, lengths)
-        with native_cpu_kernels():
-            logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_probability)
+        logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_probability)
         out = {"logits": logits, "alignments": alignments, "encoder_lengths": encoder_lengths}
         if self.ctc_head is not None:
             out["ctc_log_probs"], out["ctc_lengths"] = self.ctc_log_probs(states, encoder_lengths)

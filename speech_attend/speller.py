@@ -120,24 +120,34 @@ class Speller(nn.Module):
         first = self.cells[0]
         return F.linear(embedded, first.weight_ih[:, : embedded.size(-1)], first.bias_ih + first.bias_hh)
 
-    def _advance(
-        self, input_gates: torch.Tensor, state: SpellerState, memory: Memory
-    ) -> tuple[torch.Tensor, SpellerState]:
-        """One step from the previous characters' gate shares `(B, 4H)`; returns ``[s_i; c_i]`` `(B, H + D_enc)`."""
-        hidden, cell, context, weights = state
+    def _layer_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each layer's input and recurrent weights side by side, `(4H, D_in + H)`, with its summed
+        biases, so a step is one product per layer; prepared once per pass, not per step. The
+        first layer's input here is the previous context (its character's share, and its biases,
+        come from :meth:`_input_gates`)."""
         first = self.cells[0]
-        # Layer 1 reads [embedded character; previous context] (input feeding): its gates are the
-        # character's share, the context's and the recurrent one, as nn.LSTMCell would sum them.
-        gates = input_gates + F.linear(context, first.weight_ih[:, self.embedding.embedding_dim :]) + F.linear(hidden[:, 0], first.weight_hh)
-        h, c = _lstm_update(gates, cell[:, 0])  # (B, H)
-        new_h, new_c = [h], [c]
-        for layer in range(1, self.layers):
-            h, c = self.cells[layer](self.dropout(h), (hidden[:, layer], cell[:, layer]))  # dropout between layers only
+        layers = [(torch.cat([first.weight_ih[:, self.embedding.embedding_dim :], first.weight_hh], 1), None)]
+        layers += [(torch.cat([cell.weight_ih, cell.weight_hh], 1), cell.bias_ih + cell.bias_hh) for cell in self.cells[1:]]
+        return layers
+
+    def _advance(
+        self, input_gates: torch.Tensor, state: SpellerState, memory: Memory, layers: list[tuple[torch.Tensor, torch.Tensor | None]]
+    ) -> tuple[torch.Tensor, SpellerState]:
+        """One step from the previous characters' gate shares `(B, 4H)` and :meth:`_layer_weights`;
+        returns ``[s_i; c_i]`` `(B, H + D_enc)` and the new state."""
+        hidden, cell, context, weights = state
+        x = context  # input feeding: the first layer reads [character; previous context]
+        new_h, new_c = [], []
+        for layer, (weight, bias) in enumerate(layers):
+            inputs = torch.cat([x, hidden[:, layer]], dim=-1)  # (B, D_in + H)
+            gates = torch.addmm(input_gates, inputs, weight.t()) if layer == 0 else F.linear(inputs, weight, bias)  # (B, 4H)
+            h, c = _lstm_update(gates, cell[:, layer])  # (B, H)
             new_h.append(h)
             new_c.append(c)
-        context, weights = self.attention(self.query_proj(h), memory, weights)  # (B, D_enc), (B, L)
+            x = self.dropout(h) if layer < self.layers - 1 else h  # between layers only
+        context, weights = self.attention(self.query_proj(x), memory, weights)  # (B, D_enc), (B, L)
         state = (torch.stack(new_h, 1), torch.stack(new_c, 1), context, weights)
-        return torch.cat([h, context], dim=-1), state
+        return torch.cat([x, context], dim=-1), state
 
     def step(self, tokens: torch.Tensor, state: SpellerState, memory: Memory) -> tuple[torch.Tensor, SpellerState, torch.Tensor]:
         """Advance by one character: the step function for :func:`shared.beam_search`.
@@ -152,7 +162,7 @@ class Speller(nn.Module):
             (torch.Tensor, SpellerState, torch.Tensor): log-probabilities `(N, V)`, the new
             state, and the attention weights `(N, L)`.
         """
-        features, state = self._advance(self._input_gates(self.embedding(tokens)), state, memory)
+        features, state = self._advance(self._input_gates(self.embedding(tokens)), state, memory, self._layer_weights())
         return self.output(features).float().log_softmax(-1), state, state[3]
 
     def forward(
@@ -171,15 +181,16 @@ class Speller(nn.Module):
             (torch.Tensor, torch.Tensor): logits `(B, U, V)` and attention weights `(B, U, L)`.
         """
         state = self.initial_state(memory)
-        input_gates = self._input_gates(self.embedding(inputs))  # (B, U, 4H): the characters' shares, all steps at once
+        layers = self._layer_weights()
+        input_gates = self._input_gates(self.embedding(inputs)).unbind(1)  # U x (B, 4H): the characters' shares, all steps at once
         outputs, alignments, logits = [], [], []
         for i in range(inputs.size(1)):
-            step_input = input_gates[:, i]
+            step_input = input_gates[i]
             if sampling_probability > 0 and i > 0:
                 sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
                 predicted = self._input_gates(self.embedding(logits[-1].detach().argmax(-1)))  # (B, 4H)
                 step_input = torch.where(sampled[:, None], predicted, step_input)
-            features, state = self._advance(step_input, state, memory)
+            features, state = self._advance(step_input, state, memory, layers)
             outputs.append(features)
             alignments.append(state[3])
             if sampling_probability > 0:  # the next step may need this step's prediction
