@@ -49,6 +49,7 @@ __all__ = [
     "load_image",
     "image_size",
     "image_transform",
+    "ImageTransform",
     "build_vocabulary",
     "CaptionDataset",
     "collate",
@@ -253,20 +254,36 @@ def _unreadable_image(path: str | Path, err: Exception) -> ImageError:
     return ImageError(f"{path}: not a readable image ({reason})")
 
 
-def image_transform(image_size: int, augment: bool = False) -> Callable[[Image.Image], torch.Tensor]:
-    """PIL image -> normalised `(3, S, S)` tensor.
+class ImageTransform:
+    """PIL image -> normalised `(3, S, S)` tensor, in two stages so the first can be kept.
 
-    The whole image is resized to a square (nothing cropped away that a caption may mention).
-    Augmentation is a mild crop and colour jitter; never a flip, which would swap "left" and
-    "right" in the captions.
+    ``resize`` (PIL image -> PIL image of ``S x S``) and ``to_tensor`` (-> the normalised
+    tensor); calling the object runs both. The whole image is resized to a square (nothing
+    cropped away that a caption may mention). Augmentation is a mild crop and colour jitter;
+    never a flip, which would swap "left" and "right" in the captions.
+
+    Args:
+        image_size (int): the side ``S``.
+        augment (bool): random crop and colour jitter in ``resize``. (Default: ``False``)
     """
-    steps: list = [transforms.Resize((image_size, image_size), antialias=True)]
-    if augment:
-        steps = [
-            transforms.RandomResizedCrop(image_size, scale=(0.85, 1.0), ratio=(0.9, 1.1), antialias=True),
-            transforms.ColorJitter(0.2, 0.2, 0.2),
-        ]
-    return transforms.Compose([*steps, transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+    def __init__(self, image_size: int, augment: bool = False):
+        self.random = augment
+        self.resize: Callable[[Image.Image], Image.Image] = transforms.Resize((image_size, image_size), antialias=True)
+        if augment:
+            self.resize = transforms.Compose([
+                transforms.RandomResizedCrop(image_size, scale=(0.85, 1.0), ratio=(0.9, 1.1), antialias=True),
+                transforms.ColorJitter(0.2, 0.2, 0.2),
+            ])
+        self.to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        return self.to_tensor(self.resize(image))
+
+
+def image_transform(image_size: int, augment: bool = False) -> ImageTransform:
+    """The :class:`ImageTransform` for ``image_size`` (PIL image -> normalised `(3, S, S)` tensor)."""
+    return ImageTransform(image_size, augment)
 
 
 def build_vocabulary(records: list[CaptionRecord], min_freq: int = 5, max_size: int | None = None) -> Vocabulary:
@@ -282,10 +299,13 @@ class CaptionDataset(Dataset):
     Args:
         records (list of CaptionRecord): the split's images.
         vocabulary (Vocabulary): maps words to ids.
-        transform (callable): PIL image -> `(3, S, S)` tensor.
+        transform (ImageTransform): PIL image -> `(3, S, S)` tensor.
         train (bool): draw a random reference each time; otherwise always the first.
         max_caption_length (int): longer captions are cut to this many words.
         features (np.ndarray or None): cached encoder features `(N, L, D)` used instead of images.
+        keep_images (bool): keep each image after its first read, decoded and resized (about
+            ``3 * S * S`` bytes each), so later epochs skip the file; only with a transform
+            that is not random. The tensors are the same as without. (Default: ``False``)
 
     An image that cannot be read comes back as a :class:`~shared.training.bad_samples.BadSample`, which
     :func:`collate` drops and the training loop logs; one bad file does not end an epoch.
@@ -295,17 +315,32 @@ class CaptionDataset(Dataset):
         self,
         records: list[CaptionRecord],
         vocabulary: Vocabulary,
-        transform: Callable[[Image.Image], torch.Tensor],
+        transform: ImageTransform,
         train: bool,
         max_caption_length: int = 50,
         features: np.ndarray | None = None,
+        keep_images: bool = False,
     ):
+        if keep_images and transform.random:
+            raise ValueError("keep_images needs a transform that is not random (no augmentation)")
         self.records, self.vocabulary, self.transform = records, vocabulary, transform
         self.train, self.max_caption_length, self.features = train, max_caption_length, features
         self.unreadable: dict[int, str] = {}  # index -> reason, for images the feature cache could not read
+        self.kept: dict[int, tuple[Image.Image, tuple[int, int]]] | None = {} if keep_images else None
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def _image(self, index: int) -> tuple[torch.Tensor, tuple[int, int]]:
+        """The image as a tensor, and its original (width, height)."""
+        if self.kept is not None and index in self.kept:
+            resized, size = self.kept[index]
+        else:
+            image = load_image(self.records[index].path)
+            resized, size = self.transform.resize(image), image.size
+            if self.kept is not None:
+                self.kept[index] = resized, size
+        return self.transform.to_tensor(resized), size
 
     def __getitem__(self, index: int) -> dict | BadSample:
         record = self.records[index]
@@ -320,9 +355,7 @@ class CaptionDataset(Dataset):
                 if not self.train and record.objects:  # pointing accuracy needs the original size
                     item["size"] = image_size(record.path)
             else:
-                image = load_image(record.path)
-                item["image"] = self.transform(image)
-                item["size"] = image.size
+                item["image"], item["size"] = self._image(index)
         except ImageError as err:  # skipped and logged by shared.training.guards.SkipBadSamples
             return BadSample(str(record.path), str(err).removeprefix(f"{record.path}: "))
         if not self.train:

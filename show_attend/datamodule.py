@@ -46,6 +46,10 @@ class CaptionDataModule(pl.LightningDataModule):
         max_vocab_size (int or None): keep at most this many words. (Default: ``None``)
         max_caption_length (int): training captions are cut to this many words. (Default: ``50``)
         augment (bool): random crop and colour jitter in training. (Default: ``False``)
+        keep_images (bool): keep the decoded, resized images in memory after their first read
+            (``3 * image_size**2`` bytes each, in every loader process), so later epochs and
+            validations skip decoding; for data sets that fit in memory. The training split is
+            still read afresh with ``augment``. (Default: ``False``)
         feature_cache (str or None): folder for cached encoder features (frozen encoders only);
             filled on first use. (Default: ``None``)
         vocabulary (list of str or None): the words, when they come from a checkpoint rather
@@ -65,6 +69,7 @@ class CaptionDataModule(pl.LightningDataModule):
         max_vocab_size: int | None = None,
         max_caption_length: int = 50,
         augment: bool = False,
+        keep_images: bool = False,
         feature_cache: str | None = None,
         vocabulary: list[str] | None = None,
     ):
@@ -80,7 +85,7 @@ class CaptionDataModule(pl.LightningDataModule):
         self.image_size, self.batch_size = image_size, batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers, self.augment, self.max_caption_length = num_workers, augment, max_caption_length
-        self.feature_cache = feature_cache
+        self.feature_cache, self.keep_images = feature_cache, keep_images
         records = read_karpathy(self.json_file, ".")
         self.image_dir = find_image_dir(data_path, records, image_dir)
         self.records = [CaptionRecord(self.image_dir / r.path, r.split, r.references, r.objects) for r in records]
@@ -111,7 +116,8 @@ class CaptionDataModule(pl.LightningDataModule):
         transform = image_transform(self.image_size, augment=train and self.augment)
         cached = self._cached_split(name, records) if self.feature_cache else None
         dataset = CaptionDataset(records, self.vocabulary, transform, train, self.max_caption_length,
-                                 None if cached is None else cached.features)
+                                 None if cached is None else cached.features,
+                                 keep_images=self.keep_images and cached is None and not transform.random)
         dataset.unreadable = {} if cached is None else cached.unreadable
         return dataset
 

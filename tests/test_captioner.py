@@ -5,6 +5,7 @@ parameters. One tiny model is trained once through ``show-attend fit`` and share
 """
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from PIL import Image
 
 from shared import greedy_search
+from shared.training.bad_samples import BadSample
 from shared.training.model_files import export_folder, safe_torch_load
 from show_attend.caption import APP, caption_images, load_captioner
 from show_attend.cli import EncoderToFeatureCache, main
@@ -124,6 +126,25 @@ def test_each_epoch_draws_one_random_reference_per_image(tiny_shapes):
     drawn = {tuple(dataset[0]["caption"].tolist()) for _ in range(40)}
     assert len(drawn) > 1
     assert all(datamodule.vocabulary.decode(c) in datamodule.split("train")[0].references for c in drawn)
+
+
+def test_kept_images_are_the_same_tensors_and_later_reads_skip_the_files(tiny_shapes, tmp_path):
+    data_dir = tmp_path / "shapes"
+    shutil.copytree(tiny_shapes, data_dir)
+    fresh = CaptionDataModule(str(data_dir), image_size=24, min_word_freq=1).dataset("val")
+    kept = CaptionDataModule(str(data_dir), image_size=24, min_word_freq=1, keep_images=True).dataset("val")
+    first = [kept[i] for i in range(len(kept))]
+    for item, expected in zip(first, (fresh[i] for i in range(len(fresh)))):
+        assert torch.equal(item["image"], expected["image"]) and item["size"] == expected["size"]
+    shutil.rmtree(data_dir / "images")
+    again = [kept[i] for i in range(len(kept))]
+    assert all(torch.equal(a["image"], b["image"]) and a["size"] == b["size"] for a, b in zip(again, first))
+    assert isinstance(fresh[0], BadSample)  # the files are gone; only the kept copies remain
+
+
+def test_kept_images_leave_an_augmented_training_split_random(tiny_shapes):
+    datamodule = CaptionDataModule(str(tiny_shapes), image_size=24, min_word_freq=1, keep_images=True, augment=True)
+    assert datamodule.dataset("train").kept is None and datamodule.dataset("val").kept == {}
 
 
 def test_load_image_converts_greyscale_rgba_and_16_bit_to_rgb(tmp_path):
