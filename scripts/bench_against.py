@@ -121,7 +121,7 @@ def worker(app: str, quick: bool) -> None:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            reply = {"seconds": time.perf_counter() - start, "loss": float(loss)}
+            reply = {"seconds": time.perf_counter() - start, "loss": float(loss.detach())}
         else:
             break
         print(json.dumps(reply), flush=True)
@@ -169,9 +169,10 @@ def compare(app: str, revision: str, quick: bool = False, rounds: int = 5) -> di
                 raise SystemExit(f"bench_against: the two revisions compute different losses on the same batch: {losses}")
             ours.ask("step"), theirs.ask("step")  # warm-up
             times: dict[str, list[float]] = {"this": [], revision: []}
-            for _ in range(rounds):
-                times["this"].append(ours.ask("step")["seconds"])
-                times[revision].append(theirs.ask("step")["seconds"])
+            for _ in range(rounds):  # each turn: an untimed step brings the worker's memory back, then a timed one
+                for worker, key in ((ours, "this"), (theirs, revision)):
+                    worker.ask("step")
+                    times[key].append(worker.ask("step")["seconds"])
             ours.close(), theirs.close()
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other_tree)], cwd=ROOT, capture_output=True)

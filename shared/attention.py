@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .masks import masked_softmax
+from .recurrence import step_read
 from .scoring import DotScore, GeneralScore, Score, ScaledDotScore
 
 __all__ = ["Memory", "Attention", "soft_read", "hard_read", "MultiHeadAttention"]
@@ -53,8 +54,8 @@ def soft_read(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     Returns:
         torch.Tensor: `(B, D)` or `(B, T, D)`.
     """
-    if weights.dim() == 2:
-        return torch.bmm(weights.unsqueeze(1), values).squeeze(1)
+    if weights.dim() == 2:  # one step; inside a Recurrence, the values' gradient comes once for all steps
+        return step_read(weights, values)
     return torch.bmm(weights, values)
 
 

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .recurrence import step_linear
+
 __all__ = [
     "Score",
     "AdditiveScore",
@@ -85,39 +87,43 @@ class AdditiveScore(Score):
 
     def forward(self, query, projected_keys, prev_weights=None):
         query, squeeze = _as_steps(query)
-        scores = self._mlp_scores(self.query_proj(query), projected_keys)  # (B, T, L)
+        scores = self._mlp_scores(step_linear(query, self.query_proj.weight), projected_keys)  # (B, T, L)
         return scores.squeeze(1) if squeeze else scores
 
-    def _mlp_scores(self, projected_query: torch.Tensor, projected_keys: torch.Tensor, extra=None) -> torch.Tensor:
-        """``v^T tanh(q_t + k_i [+ extra_ti])`` for all queries and keys: `(B, T, L)`.
+    def _mlp_scores(self, projected_query: torch.Tensor, projected_keys: torch.Tensor, location: torch.Tensor | None = None) -> torch.Tensor:
+        """``v^T tanh(q_t + k_i [+ U f_ti])`` for all queries and keys: `(B, T, L)`.
 
         Computed as ``2 v^T sigmoid(2 x) - sum(v)``, the same function (``tanh x = 2 sigmoid(2x) - 1``):
         PyTorch's CPU sigmoid is far faster than its tanh (docs/BENCHMARKS.md), and the result
-        differs from the tanh form only by rounding. The hidden layer is
-        built a few sequences at a time and in place, so it is never written to memory whole
-        (beam search scores ``B*K`` queries against ``L`` keys at every step).
+        differs from the tanh form only by rounding. The hidden layer is built a few sequences
+        at a time and in place, so it is never written to memory whole (beam search scores
+        ``B*K`` queries against ``L`` keys at every step). The blocks are views from one
+        ``split``, whose backward joins their gradients once (slices would each zero a
+        gradient of the whole batch).
 
         Args:
             projected_query (torch.Tensor): ``W_q q`` `(B, T, A)`.
             projected_keys (torch.Tensor): ``W_k k + b`` `(B, L, A)`.
-            extra (callable or None): ``rows -> (rows, T, L, A)`` tensor added inside the tanh.
+            location (torch.Tensor or None): location features ``f`` `(B, T, L, F)`, projected by
+                ``self.location_proj`` inside the tanh.
         """
         steps, (length, width) = projected_query.size(1), projected_keys.shape[1:]
         batch = max(projected_query.size(0), projected_keys.size(0))  # either may broadcast from 1
+        rows = max(1, _HIDDEN_BLOCK // (steps * length * width))
 
-        def block(x: torch.Tensor, rows: slice) -> torch.Tensor:
-            return x if x.size(0) == 1 else x[rows]
+        def blocks(x: torch.Tensor | None) -> list:
+            if x is None or x.size(0) == 1 or rows >= batch:
+                return [x] * -(-batch // rows)
+            return list(x.split(rows))
 
         v = self.v.weight.t()  # (A, 1)
-        rows_per_block = max(1, _HIDDEN_BLOCK // (steps * length * width))
-        blocks = []
-        for start in range(0, batch, rows_per_block):
-            rows = slice(start, start + rows_per_block)
-            hidden = block(projected_query, rows).unsqueeze(2) + block(projected_keys, rows).unsqueeze(1)  # (b, T, L, A)
-            if extra is not None:
-                hidden = hidden.add_(extra(rows))
-            blocks.append(hidden.mul_(2).sigmoid_() @ (2 * v))  # (b, T, L, 1)
-        return torch.cat(blocks).squeeze(-1) - v.sum()  # (B, T, L)
+        scores = []
+        for query, keys, where in zip(blocks(projected_query), blocks(projected_keys), blocks(location)):
+            hidden = query.unsqueeze(2) + keys.unsqueeze(1)  # (b, T, L, A)
+            if where is not None:
+                hidden = hidden.add_(self.location_proj(where))  # U f
+            scores.append(hidden.mul_(2).sigmoid_() @ (2 * v))  # (b, T, L, 1)
+        return (scores[0] if len(scores) == 1 else torch.cat(scores)).squeeze(-1) - v.sum()  # (B, T, L)
 
 
 class DotScore(Score):
@@ -187,7 +193,7 @@ class LocationAwareScore(AdditiveScore):
         windows = F.pad(previous, (kernel // 2, kernel // 2)).unfold(-1, kernel, 1)  # (B*T, L, kernel)
         location = (windows @ self.location_conv.weight.view(filters, kernel).t()).view(batch, steps, -1, filters)  # (B, T, L, F)
         # e = v^T tanh(W_q q + (W_k k + b) + U f), with U f (B, T, L, A) made block by block.
-        scores = self._mlp_scores(self.query_proj(query), projected_keys, lambda rows: self.location_proj(location[rows]))
+        scores = self._mlp_scores(step_linear(query, self.query_proj.weight), projected_keys, location)
         return scores.squeeze(1) if squeeze else scores
 
 

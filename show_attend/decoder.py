@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from shared import AdditiveScore, Attention, Memory, NoScore, hard_read
+from shared.recurrence import Recurrence, step_linear
 
 __all__ = ["DecoderConfig", "DecoderOutput", "Decoder", "GATES", "ATTENTIONS"]
 
@@ -113,11 +114,11 @@ class Decoder(nn.Module):
         if sample:
             context, _, log_prob = hard_read(alpha, memory.values)  # z_t = a_{s_t}, s_t ~ alpha_t
         if self.gate is not None:
-            context = torch.sigmoid(self.gate(h)) * context  # beta_t * z_t
+            context = torch.sigmoid(step_linear(h, self.gate.weight, self.gate.bias)) * context  # beta_t * z_t
         return context, alpha, log_prob
 
     def _lstm(self, embed_gates: torch.Tensor, context: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> State:
-        gates = embed_gates + self.context_to_gates(context) + self.hidden_to_gates(h)  # (B, 4n)
+        gates = step_linear(context, self.context_to_gates.weight, embed_gates) + step_linear(h, self.hidden_to_gates.weight)  # (B, 4n)
         i, f, g, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
@@ -165,17 +166,18 @@ class Decoder(nn.Module):
         live = (lengths[None, :] > torch.arange(steps, device=lengths.device)[:, None]).sum(1).tolist()  # rows live at each step
         memory, (h, c) = self.start(features)
         embedded = self.embedding(inputs)  # (B, T, m)
-        embed_gates = self.embed_to_gates(embedded)  # (B, T, 4n): the word's share of eq. 1, all steps at once
+        embed_gates = self.embed_to_gates(embedded).unbind(1)  # T x (B, 4n): the word's share of eq. 1, all steps at once
         hs, contexts, alphas, log_probs = [], [], [], []
-        for t, rows in enumerate(live):
-            if rows < h.size(0):  # captions that ended leave the batch
-                h, c, memory = h[:rows], c[:rows], Memory(*(x if x is None else x[:rows] for x in memory))
-            context, alpha, log_prob = self._attend(h, memory, sample)
-            h, c = self._lstm(embed_gates[:rows, t], context, h, c)
-            hs.append(h)
-            contexts.append(context)
-            alphas.append(alpha)
-            log_probs.append(log_prob)
+        with Recurrence():  # each weight's gradient as one product over all steps
+            for t, rows in enumerate(live):
+                if rows < h.size(0):  # captions that ended leave the batch
+                    h, c, memory = h[:rows], c[:rows], Memory(*(x if x is None else x[:rows] for x in memory))
+                context, alpha, log_prob = self._attend(h, memory, sample)
+                h, c = self._lstm(embed_gates[t][:rows], context, h, c)
+                hs.append(h)
+                contexts.append(context)
+                alphas.append(alpha)
+                log_probs.append(log_prob)
         # The real steps, from step-major (all captions at t, then t + 1) to (caption, step) order.
         step_of = torch.cat([torch.full((rows,), t, device=inputs.device) for t, rows in enumerate(live)])
         row_of = torch.cat([torch.arange(rows, device=inputs.device) for rows in live])

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from shared import Attention, Memory, build_score
+from shared.recurrence import Recurrence, step_linear
 
 __all__ = ["Speller", "SpellerState"]
 
@@ -140,7 +141,7 @@ class Speller(nn.Module):
         new_h, new_c = [], []
         for layer, (weight, bias) in enumerate(layers):
             inputs = torch.cat([x, hidden[:, layer]], dim=-1)  # (B, D_in + H)
-            gates = torch.addmm(input_gates, inputs, weight.t()) if layer == 0 else F.linear(inputs, weight, bias)  # (B, 4H)
+            gates = step_linear(inputs, weight, input_gates if layer == 0 else bias)  # (B, 4H)
             h, c = _lstm_update(gates, cell[:, layer])  # (B, H)
             new_h.append(h)
             new_c.append(c)
@@ -184,17 +185,18 @@ class Speller(nn.Module):
         layers = self._layer_weights()
         input_gates = self._input_gates(self.embedding(inputs)).unbind(1)  # U x (B, 4H): the characters' shares, all steps at once
         outputs, alignments, logits = [], [], []
-        for i in range(inputs.size(1)):
-            step_input = input_gates[i]
-            if sampling_probability > 0 and i > 0:
-                sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
-                predicted = self._input_gates(self.embedding(logits[-1].detach().argmax(-1)))  # (B, 4H)
-                step_input = torch.where(sampled[:, None], predicted, step_input)
-            features, state = self._advance(step_input, state, memory, layers)
-            outputs.append(features)
-            alignments.append(state[3])
-            if sampling_probability > 0:  # the next step may need this step's prediction
-                logits.append(self.output(features))
+        with Recurrence():  # each weight's gradient as one product over all steps
+            for i in range(inputs.size(1)):
+                step_input = input_gates[i]
+                if sampling_probability > 0 and i > 0:
+                    sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
+                    predicted = self._input_gates(self.embedding(logits[-1].detach().argmax(-1)))  # (B, 4H)
+                    step_input = torch.where(sampled[:, None], predicted, step_input)
+                features, state = self._advance(step_input, state, memory, layers)
+                outputs.append(features)
+                alignments.append(state[3])
+                if sampling_probability > 0:  # the next step may need this step's prediction
+                    logits.append(self.output(features))
         if sampling_probability > 0:
             return torch.stack(logits, 1), torch.stack(alignments, 1)
         return self.output(torch.stack(outputs, 1)), torch.stack(alignments, 1)  # (B, U, V), (B, U, L)
