@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+import multiprocessing
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -49,6 +50,7 @@ __all__ = [
 _FRAME_SECONDS = 0.01
 _ACTIVE_DB = -40.0  # a frame within 40 dB of the speech level (95th percentile frame) is active speech
 _NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f**beta
+_CHANCES = ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob")
 
 
 @dataclass
@@ -73,6 +75,8 @@ class AugmentConfig:
     low_rates: tuple[int, ...] = (8000, 11025, 12000)  # Hz, drawn uniformly
     gain_prob: float = 0.5  # chance of a gain change
     gain_db: tuple[float, float] = (-12.0, 6.0)  # level change
+    start_step: int = 0  # training steps on clean audio first (the alignment forms faster there)
+    ramp_steps: int = 0  # then every chance above grows linearly to its value over this many steps
 
     def __post_init__(self):
         for name in ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "babble_prob", "telephone_prob",
@@ -90,6 +94,20 @@ class AugmentConfig:
             raise ValueError(f"telephone_band must be (low, high) Hz with 0 < low < high, got {self.telephone_band}")
         if not self.low_rates or any(r <= 0 for r in self.low_rates):
             raise ValueError(f"low_rates must be positive rates in Hz, got {self.low_rates}")
+        if self.start_step < 0 or self.ramp_steps < 0:
+            raise ValueError(f"start_step and ramp_steps must be >= 0, got {self.start_step} and {self.ramp_steps}")
+
+    def strength(self, step: int) -> float:
+        """How much of each chance applies at training step ``step``: 0 before ``start_step``, then
+        rising linearly to 1 over ``ramp_steps``."""
+        if step < self.start_step:
+            return 0.0
+        return 1.0 if self.ramp_steps == 0 else min(1.0, (step - self.start_step + 1) / self.ramp_steps)
+
+    def scaled(self, strength: float) -> "AugmentConfig":
+        """The same conditions with each chance of applying one multiplied by ``strength``
+        (``babble_prob``, a choice between two kinds of noise, stays)."""
+        return replace(self, **{name: getattr(self, name) * strength for name in _CHANCES})
 
     def check(self, sample_rate: int) -> None:
         """Raise ``ValueError`` unless the band and the low rates fit audio at ``sample_rate`` Hz."""
@@ -303,15 +321,29 @@ class AugmentedCollate:
             (:func:`speech_attend.data.collate`).
         config (AugmentConfig): chances and ranges.
         sample_rate (int): Hz of the audio.
+        step (int, optional): the training step the first batches are for. (Default: ``0``)
+
+    :meth:`set_step` follows the training (``config.start_step`` and ``ramp_steps``); the
+    strength lives in shared memory, so loader processes see it too.
     """
 
-    def __init__(self, collate: Callable, config: AugmentConfig, sample_rate: int):
+    def __init__(self, collate: Callable, config: AugmentConfig, sample_rate: int, step: int = 0):
         config.check(sample_rate)
         self.collate, self.config, self.sample_rate = collate, config, sample_rate
+        self._strength = multiprocessing.RawValue("d", config.strength(step))
+
+    @property
+    def strength(self) -> float:
+        return self._strength.value
+
+    def set_step(self, step: int) -> None:
+        self._strength.value = self.config.strength(step)
 
     def __call__(self, items):
         batch = self.collate(items)
-        if not batch.batch_size:
+        strength = self.strength
+        if not batch.batch_size or strength <= 0:
             return batch
-        waveforms, lengths = augment_batch(batch.waveforms, batch.lengths, self.config, self.sample_rate)
+        config = self.config if strength >= 1 else self.config.scaled(strength)
+        waveforms, lengths = augment_batch(batch.waveforms, batch.lengths, config, self.sample_rate)
         return batch._replace(waveforms=waveforms, lengths=lengths)

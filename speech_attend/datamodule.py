@@ -105,6 +105,7 @@ class SpeechDataModule(pl.LightningDataModule):
         self.save_hyperparameters(ignore=["vocabulary", "augment"])
         self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
         self.augment = augment
+        self._augmented: AugmentedCollate | None = None
         self.data_dir = Path(data_dir)
         self.datasets: dict[str, SpeechDataset] = {}
         self._vocabulary = Vocabulary(vocabulary) if vocabulary else None
@@ -208,12 +209,20 @@ class SpeechDataModule(pl.LightningDataModule):
             curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
-        augmented = name == "train" and self.augment is not None  # never the validation or test audio
+        collate_fn = collate
+        if name == "train" and self.augment is not None:  # never the validation or test audio
+            step = trainer.global_step if trainer is not None else 0
+            collate_fn = self._augmented = AugmentedCollate(collate, self.augment, self.hparams.sample_rate, step)
         return DataLoader(
-            dataset, batch_sampler=sampler, num_workers=workers,
-            collate_fn=AugmentedCollate(collate, self.augment, self.hparams.sample_rate) if augmented else collate,
+            dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_fn,
             persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
         )
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """Keeps the augmentation's strength on the training step (a few batches late with loader processes)."""
+        if self._augmented is not None and self.trainer is not None and self.trainer.training:
+            self._augmented.set_step(self.trainer.global_step)
+        return batch
 
     def train_dataloader(self) -> DataLoader:
         hp = self.hparams

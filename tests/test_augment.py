@@ -166,3 +166,27 @@ def test_only_training_batches_are_augmented(tiny_synth):
     train_plain, train_augmented = next(iter(plain.train_dataloader())), next(iter(augmented.train_dataloader()))
     assert train_plain.keys == train_augmented.keys
     assert not torch.equal(train_plain.lengths, train_augmented.lengths)
+
+
+def test_conditions_wait_for_start_step_then_their_chances_ramp_up():
+    config = AugmentConfig(start_step=10, ramp_steps=10)
+    assert [config.strength(s) for s in (0, 9, 10, 14, 19, 500)] == [0.0, 0.0, 0.1, 0.5, 1.0, 1.0]
+    half = config.scaled(0.5)
+    assert half.noise_prob == config.noise_prob / 2 and half.speed_prob == config.speed_prob / 2
+    assert half.babble_prob == config.babble_prob  # a choice between noises, not a chance of one
+    with pytest.raises(ValueError, match="start_step and ramp_steps"):
+        AugmentConfig(start_step=-1)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_training_loader_serves_clean_audio_until_start_step_also_from_loader_processes(tiny_synth, workers):
+    loud = AugmentConfig(speed_prob=1, noise_prob=1, snr_db=(0.0, 0.0), silence_prob=1, start_step=100)
+    plain = SpeechDataModule(str(tiny_synth), batch_size=8, cache_audio=True)
+    augmented = SpeechDataModule(str(tiny_synth), batch_size=8, cache_audio=True, augment=loud, num_workers=workers)
+    for module in (plain, augmented):
+        module.setup("fit")
+    clean = next(iter(plain.train_dataloader()))
+    loader = augmented.train_dataloader()
+    assert torch.equal(next(iter(loader)).waveforms, clean.waveforms)  # step 0: before start_step
+    augmented._augmented.set_step(100)  # what on_before_batch_transfer does as training reaches it
+    assert not torch.equal(next(iter(loader)).lengths, clean.lengths)
