@@ -163,8 +163,11 @@ def test_captioner_test_metrics_on_two_ranks_equal_one_process(captioner_ddp, tm
     two_metrics, one_metrics = (json.loads((run / "test_metrics.json").read_text()) for run in (two, one))
     assert one_metrics["items"] == two_metrics["items"] == 5  # the padding's repeated image counted once
     assert two_metrics.keys() == one_metrics.keys()
+    # Text metrics come from the same captions and must agree exactly; the loss is a float32 sum over
+    # batches of another size and grouping on two ranks, so it agrees to float32 rounding.
     for name, value in one_metrics.items():  # None: a metric not computed (METEOR without Java)
-        assert two_metrics[name] == (value if value is None else pytest.approx(value, rel=1e-9)), name
+        tolerance = 1e-5 if name == "loss" else 1e-9
+        assert two_metrics[name] == (value if value is None else pytest.approx(value, rel=tolerance)), name
     assert (two / "test_outputs.jsonl").read_text() == (one / "test_outputs.jsonl").read_text()
     # The comparison can catch a caption paired with the wrong image only if the captions differ.
     captions = [json.loads(line)["caption"] for line in (one / "test_outputs.jsonl").read_text().splitlines()]
