@@ -142,7 +142,9 @@ class Recurrence:
             uses = kind()
             entry = self._shared[(kind, id(shared))] = (shared, _Collect.apply(shared, uses), uses)
         _, handed_on, uses = entry
-        uses.inputs.append((x, x._version))
+        # Kept detached: the uses are reachable from the graph's nodes, and an input holding its
+        # own graph would close a cycle through autograd that Python's collector cannot see.
+        uses.inputs.append((x.detach(), x._version))
         return _Use.apply(x, handed_on, uses, len(uses.inputs) - 1)
 
 
