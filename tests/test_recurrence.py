@@ -1,6 +1,8 @@
 """shared.recurrence: one gradient product for tensors used at every step, same gradients as autograd's."""
 
 import contextlib
+import gc
+import weakref
 
 import pytest
 import torch
@@ -76,6 +78,24 @@ def test_an_input_changed_in_place_after_its_step_is_an_error_not_a_wrong_gradie
     x.add_(1)
     with pytest.raises(RuntimeError, match="modified in place"):
         y.sum().backward()
+
+
+def test_a_pass_leaves_nothing_alive_after_backward():
+    # Each step's input comes from the step before, so it holds the graph of the earlier uses; kept
+    # with that graph, it closed a cycle through autograd that leaked every pass of a training run.
+    weight = torch.randn(3, 3, requires_grad=True)
+    values = torch.randn(2, 4, 3, requires_grad=True)
+    with Recurrence():
+        hidden = torch.randn(2, 3)
+        for _ in range(3):
+            hidden = torch.tanh(step_linear(hidden, weight))
+            weights = torch.softmax(hidden @ torch.ones(3, 4), -1)
+            hidden = hidden + step_read(weights, values)
+        probes = [weakref.ref(hidden), weakref.ref(weights)]
+    hidden.sum().backward()
+    del hidden, weights
+    gc.collect()
+    assert [probe() for probe in probes] == [None, None]
 
 
 def test_outside_a_recurrence_or_without_gradients_they_are_the_plain_operations():
