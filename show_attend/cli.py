@@ -137,6 +137,8 @@ def _explain(args: list[str]) -> int:
     if options.beam_size is not None and options.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
     from .caption import load_captioner
+    from shared.evaluation.faithfulness import write_explanations
+
     from .explain import explain_files, save_explanation
 
     model = load_captioner(options.ckpt, options.device)
@@ -145,20 +147,9 @@ def _explain(args: list[str]) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    status = 2 if errors else 0
-    with (out / "explain.jsonl").open("w", encoding="utf-8") as lines:
-        for result in explain_files(model, images, options.beam_size, options.pixels):
-            if isinstance(result, Exception):
-                print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
-                status = 2
-                continue
-            for line in result.to_json():
-                lines.write(json.dumps(line) + "\n")
-            picture = save_explanation(result, out / f"{result.image.stem}.png") if result.words else None
-            agree = sum(w.comparison.peak_in_top for w in result.words)
-            print(f"{result.image}: {result.caption}  [attention peak among the 3 most decisive cells for "
-                  f"{agree} of {len(result.words)} words]" + (f"  [{picture}]" if picture else ""), flush=True)
-    return status
+    status = write_explanations(explain_files(model, images, options.beam_size, options.pixels), out, save_explanation,
+                                PROG, "cells", "words")
+    return 2 if errors else status
 
 
 def _export(args: list[str]) -> int:

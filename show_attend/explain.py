@@ -54,6 +54,11 @@ class ImageExplanation:
     def caption(self) -> str:
         return " ".join(w.word for w in self.words)
 
+    # What ``write_explanations`` reads, named alike for both apps.
+    source = property(lambda self: self.image)
+    text = property(lambda self: self.caption)
+    outputs = property(lambda self: self.words)
+
     def to_json(self) -> list[dict]:
         return [{"image": str(self.image), "position": t, "word": w.word, **w.comparison.to_json()} for t, w in enumerate(self.words)]
 

@@ -135,6 +135,8 @@ def _explain(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.span < 1:
         raise ValueError(f"--span must be >= 1, got {args.span}")
+    from shared.evaluation.faithfulness import write_explanations
+
     from .explain import explain_files, save_explanation
     from .transcribe import load_recognizer
 
@@ -144,20 +146,9 @@ def _explain(argv: list[str]) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    status = 2 if errors else 0
-    with (out / "explain.jsonl").open("w", encoding="utf-8") as lines:
-        for result in explain_files(model, vocabulary, decoding, files, args.span):
-            if isinstance(result, ValueError):
-                print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
-                status = 2
-                continue
-            for line in result.to_json():
-                lines.write(json.dumps(line, ensure_ascii=False) + "\n")
-            picture = save_explanation(result, out / f"{result.audio.stem}.png") if result.chars else None
-            agree = sum(c.comparison.peak_in_top for c in result.chars)
-            print(f"{result.audio}: {result.text}  [attention peak among the 3 most decisive spans for {agree} of "
-                  f"{len(result.chars)} characters]" + (f"  [{picture}]" if picture else ""), flush=True)
-    return status
+    status = write_explanations(explain_files(model, vocabulary, decoding, files, args.span), out, save_explanation,
+                                PROG, "spans", "characters")
+    return 2 if errors else status
 
 
 def _export(argv: list[str]) -> int:

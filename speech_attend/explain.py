@@ -61,6 +61,10 @@ class AudioExplanation:
     def text(self) -> str:
         return "".join(c.char for c in self.chars)
 
+    # What ``write_explanations`` reads, named alike for both apps.
+    source = property(lambda self: self.audio)
+    outputs = property(lambda self: self.chars)
+
     def to_json(self) -> list[dict]:
         return [{"audio": str(self.audio), "position": u, "char": c.char, **c.comparison.to_json()} for u, c in enumerate(self.chars)]
 

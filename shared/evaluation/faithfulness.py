@@ -16,12 +16,16 @@ the comparison is the same for images and speech. Pure functions of tensors, no 
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["MapComparison", "compare_maps", "rank_correlation"]
+__all__ = ["MapComparison", "compare_maps", "rank_correlation", "write_explanations"]
 
 
 @dataclass
@@ -101,3 +105,45 @@ def compare_maps(attention: torch.Tensor, drops: torch.Tensor, top: int = 3) -> 
         drop_at_attention_peak=float(drops[peak]),
         drop_at_random=float(others.mean()) if others.numel() else math.nan,
     )
+
+
+def write_explanations(
+    results: Iterable[Any],
+    out: Path,
+    save: Callable[[Any, Path], Path],
+    prog: str,
+    positions: str,
+    outputs: str,
+) -> int:
+    """Write what an ``explain`` command found, input by input, and print a line for each.
+
+    Each explanation adds its outputs' lines to ``out/explain.jsonl`` and its picture to
+    ``out/<input stem>.png``; an input that failed is one error line on stderr.
+
+    Args:
+        results (iterable): per input, an explanation (``source``: the input's path, ``text``: the
+            model's output, ``outputs``: one entry per word or character with its ``comparison``,
+            ``to_json()``: its lines), or the exception that input raised.
+        out (Path): an existing folder.
+        save (callable): draws an explanation into the given PNG path and returns that path.
+        prog (str): the command's name, for error lines.
+        positions (str): what an occluded position is called, plural ("cells", "spans").
+        outputs (str): what an output is called, plural ("words", "characters").
+
+    Returns:
+        int: 2 if an input failed, else 0.
+    """
+    status = 0
+    with (out / "explain.jsonl").open("w", encoding="utf-8") as lines:
+        for result in results:
+            if isinstance(result, Exception):
+                print(f"{prog}: error: {str(result).splitlines()[0]}", file=sys.stderr)
+                status = 2
+                continue
+            for line in result.to_json():
+                lines.write(json.dumps(line, ensure_ascii=False) + "\n")
+            picture = save(result, out / f"{result.source.stem}.png") if result.outputs else None
+            agree = sum(output.comparison.peak_in_top for output in result.outputs)
+            print(f"{result.source}: {result.text}  [attention peak among the 3 most decisive {positions} for {agree} of "
+                  f"{len(result.outputs)} {outputs}]" + (f"  [{picture}]" if picture else ""), flush=True)
+    return status
