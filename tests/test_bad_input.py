@@ -1,4 +1,4 @@
-"""Bad input, command by command, for both apps (issue #6).
+"""Bad input, command by command, for both apps.
 
 Training skips an unreadable file, names it in ``skipped_samples.log`` and goes on; too many
 unreadable files, or anything else a user can get wrong, end the command with one line
@@ -519,11 +519,6 @@ def test_recognizer_fit_with_a_malformed_manifest_names_the_file_and_line(tmp_pa
     assert speech_attend(["fit", "--config", str(config), "--data.data_dir", str(corpus),
                           "--trainer.default_root_dir", str(tmp_path / "run")]) == 2
     assert where in _one_line_error(capsys.readouterr().err, "speech-attend")
-
-
-# Known bugs outside this file's reach (reported in issue #6): LightningCLI reads --ckpt_path with a
-# bare torch.load before our code runs, so an empty or garbage file ends in a traceback; the
-# recognizer's message for a missing file does not name it.
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "text"])
