@@ -1,0 +1,63 @@
+"""The models that ship in ``models/``: small enough, loadable without pickles, and still giving
+the outputs recorded when they were exported (``tests/data/shipped/expected.json``).
+
+The clips are new sentences by speakers the shipped recognizer never heard: eSpeak voices held
+out of training, the piper voice at a held-out shift, and Flite (an engine never used for
+training). A change that alters what the shipped model writes for them fails here, and the
+recorded outputs and the model card (``models/README.md``) must then be renewed together.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.evaluation.speech import char_error_rate
+from shared.training.model_files import load_model_files
+from speech_attend.cli import main as speech_attend
+from speech_attend.transcribe import SHIPPED_MODEL, Transcriber
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIPS = ROOT / "tests" / "data" / "shipped"
+EXPECTED = json.loads((CLIPS / "expected.json").read_text())
+MAX_MODEL_BYTES = 25 * 1024 * 1024
+
+
+def test_the_shipped_recognizer_is_a_small_attend_model_folder():
+    files = sorted(p.name for p in SHIPPED_MODEL.iterdir())
+    assert files == ["config.json", "model.safetensors"], files
+    size = sum(p.stat().st_size for p in SHIPPED_MODEL.iterdir())
+    assert size <= MAX_MODEL_BYTES, f"models/speech_attend is {size / 2**20:.1f} MiB, over the 25 MiB a shipped model may take"
+    config = json.loads((SHIPPED_MODEL / "config.json").read_text())
+    assert (config["format"], config["app"]) == ("attend/1", "speech-attend")
+    assert load_model_files(SHIPPED_MODEL, "speech-attend").state_dict  # safetensors: no pickled code to run
+
+
+def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
+    transcriber = Transcriber(SHIPPED_MODEL)
+    clips = sorted(EXPECTED["speech_attend"])
+    assert len(clips) >= 3
+    written = {name: transcriber.transcribe(CLIPS / name).text for name in clips}
+    assert written == EXPECTED["speech_attend"]
+
+
+def test_transcribe_without_ckpt_uses_the_shipped_model(capsys):
+    name = sorted(EXPECTED["speech_attend"])[0]
+    assert speech_attend(["transcribe", "--json", str(CLIPS / name)]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["text"] == EXPECTED["speech_attend"][name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["references"]))
+def test_the_recorded_transcripts_are_close_to_what_was_said(name):
+    # Guards the recording itself: a renewal that records garbage as "expected" fails here.
+    said, written = EXPECTED["references"][name], EXPECTED["speech_attend"][name]
+    assert char_error_rate([said], [written]) <= 0.35, (said, written)
+
+
+def test_the_model_card_describes_each_shipped_model():
+    card = (ROOT / "models" / "README.md").read_text()
+    for folder in sorted(p.name for p in (ROOT / "models").iterdir() if p.is_dir()):
+        assert f"models/{folder}" in card, f"models/README.md says nothing of models/{folder}"
