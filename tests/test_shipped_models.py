@@ -1,9 +1,8 @@
 """The models that ship in ``models/``: small enough, loadable without pickles, and still giving
 the outputs recorded when they were exported (``tests/data/shipped/expected.json``).
 
-The clips are new sentences by speakers the shipped recognizer never heard: eSpeak voices held
-out of training, the piper voice at a held-out shift, and Flite (an engine never used for
-training). A change that alters what the shipped model writes for them fails here, and the
+The clips are new sentences by speakers the shipped recognizer never heard: an eSpeak voice held
+out of training and the piper voice at a held-out shift. A change that alters what the shipped model writes for them fails here, and the
 recorded outputs and the model card (``models/README.md``) must then be renewed together.
 """
 
@@ -38,7 +37,7 @@ def test_the_shipped_recognizer_is_a_small_attend_model_folder():
 def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
     transcriber = Transcriber(SHIPPED_MODEL)
     clips = sorted(EXPECTED["speech_attend"])
-    assert len(clips) >= 3
+    assert len(clips) >= 2
     written = {name: transcriber.transcribe(CLIPS / name).text for name in clips}
     assert written == EXPECTED["speech_attend"]
 
