@@ -79,8 +79,7 @@ class AugmentConfig:
     ramp_steps: int = 0  # then every chance above grows linearly to its value over this many steps
 
     def __post_init__(self):
-        for name in ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "babble_prob", "telephone_prob",
-                     "low_rate_prob", "gain_prob"):
+        for name in (*_CHANCES, "babble_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
         for name in ("speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds", "direct_to_reverb_db", "snr_db",

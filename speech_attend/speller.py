@@ -90,6 +90,7 @@ class Speller(nn.Module):
             nn.Dropout(dropout), nn.Linear(hidden + encoder_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size)
         )
         self.dropout = nn.Dropout(dropout)
+        self._decoding_weights: tuple[tuple, list] | None = None  # (the weights' identities and versions, _layer_weights())
 
     def precompute(self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor) -> Memory:
         """Project the listener states once per utterance.
@@ -131,6 +132,16 @@ class Speller(nn.Module):
         layers += [(torch.cat([cell.weight_ih, cell.weight_hh], 1), cell.bias_ih + cell.bias_hh) for cell in self.cells[1:]]
         return layers
 
+    def _step_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """:meth:`_layer_weights` for :meth:`step`, joined once per search rather than once a
+        step: kept while the cells' weights are the same tensors, unchanged in place."""
+        if torch.is_grad_enabled():
+            return self._layer_weights()
+        key = tuple((id(p), p._version) for p in self.cells.parameters())
+        if self._decoding_weights is None or self._decoding_weights[0] != key:
+            self._decoding_weights = key, self._layer_weights()
+        return self._decoding_weights[1]
+
     def _advance(
         self, input_gates: torch.Tensor, state: SpellerState, memory: Memory, layers: list[tuple[torch.Tensor, torch.Tensor | None]]
     ) -> tuple[torch.Tensor, SpellerState]:
@@ -163,7 +174,7 @@ class Speller(nn.Module):
             (torch.Tensor, SpellerState, torch.Tensor): log-probabilities `(N, V)`, the new
             state, and the attention weights `(N, L)`.
         """
-        features, state = self._advance(self._input_gates(self.embedding(tokens)), state, memory, self._layer_weights())
+        features, state = self._advance(self._input_gates(self.embedding(tokens)), state, memory, self._step_weights())
         return self.output(features).float().log_softmax(-1), state, state[3]
 
     def forward(

@@ -152,3 +152,20 @@ def test_the_speller_has_autograds_gradients_with_location_attention_and_schedul
         return logits.square().mean() + weights.square().sum()
 
     _assert_same_gradients(monkeypatch, speller_module, speller, loss)
+
+
+def test_the_spellers_decoding_step_follows_weights_changed_between_searches():
+    # step() joins each layer's weights once per search, not once a step; an optimiser step in
+    # between (an in-place change) must be seen by the next search.
+    torch.manual_seed(0)
+    speller = Speller(20, 12, 16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5).eval()
+    memory = speller.precompute(torch.randn(3, 11, 12), torch.tensor([11, 9, 6]))
+    tokens = torch.tensor([4, 5, 6])
+    with torch.no_grad():
+        before, _, _ = speller.step(tokens, speller.initial_state(memory), memory)
+        speller.cells[1].weight_ih.add_(0.5)
+        after, _, _ = speller.step(tokens, speller.initial_state(memory), memory)
+        joined = speller._layer_weights()
+        expected, _ = speller._advance(speller._input_gates(speller.embedding(tokens)), speller.initial_state(memory), memory, joined)
+    assert not torch.equal(before, after)
+    assert torch.equal(after, speller.output(expected).float().log_softmax(-1))
