@@ -1,7 +1,7 @@
 """Recognizer benchmarks at a paper-like size, fast path against the naive one, in one run.
 
     python scripts/bench_asr.py [--device cpu|cuda] [--quick] [--json]
-    python scripts/bench_asr.py --against REV [--quick] [--json]   (this code's training step against REV's)
+    python scripts/bench_asr.py --against REV [--quick] [--rounds N] [--json]   (this code's training step against REV's)
 
 Model: 80-d log-mel, listener of 1 BLSTM + 3 pyramid BLSTM layers of 256 units per direction,
 speller 512 with location-aware attention, 30 characters, joint CTC. Reports:
@@ -234,11 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     parser.add_argument("--against", metavar="REV", default=None,
                         help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)")
+    parser.add_argument("--rounds", type=int, default=5, help="with --against: timed steps of each revision (default 5)")
     args = parser.parse_args(argv)
     if args.against:
         import bench_against
 
-        result = bench_against.compare("recognizer", args.against, args.quick)
+        result = bench_against.compare("recognizer", args.against, args.quick, args.rounds)
         print(json.dumps(result) if args.json else bench_against.report(result))
         return 0
     device = torch.device(args.device)

@@ -1,7 +1,7 @@
 """Captioner benchmarks at the paper's size, fast path against the naive one, in one run.
 
     python scripts/bench_captioner.py [--device cpu|cuda] [--quick] [--json]
-    python scripts/bench_captioner.py --against REV [--quick] [--json]   (this code's training step against REV's)
+    python scripts/bench_captioner.py --against REV [--quick] [--rounds N] [--json]   (this code's training step against REV's)
 
 1. Training step (forward + backward + Adam) of the Show, Attend and Tell decoder on a 14x14
    grid of 2048-d features, embedding/attention/LSTM 512, 10,000 words, batch 32, captions of
@@ -235,11 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     parser.add_argument("--against", metavar="REV", default=None,
                         help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)")
+    parser.add_argument("--rounds", type=int, default=5, help="with --against: timed steps of each revision (default 5)")
     args = parser.parse_args(argv)
     if args.against:
         import bench_against
 
-        result = bench_against.compare("captioner", args.against, args.quick)
+        result = bench_against.compare("captioner", args.against, args.quick, args.rounds)
         print(json.dumps(result) if args.json else bench_against.report(result))
         return 0
     device = torch.device(args.device)

@@ -37,3 +37,23 @@ def test_loss_fell_reads_a_run_s_metrics_csv(tmp_path, capsys):
     assert "OK" in capsys.readouterr().out
     (run / "metrics.csv").write_text("epoch,step,train/loss\n" + "\n".join(f"0,{s},3.0" for s in range(10)) + "\n")
     assert loss_fell.main([str(tmp_path / "run")]) == 1
+
+
+def test_app_benchmarks_pass_against_and_rounds_to_the_side_by_side_bench(monkeypatch, capsys):
+    # bench_captioner.py and bench_asr.py --against REV are the commands docs/BENCHMARKS.md gives;
+    # they must run the side-by-side benchmark of their own app with the rounds asked for.
+    import bench_against
+    import bench_asr
+    import bench_captioner
+
+    calls = []
+
+    def fake_compare(app, revision, quick=False, rounds=5):
+        calls.append((app, revision, quick, rounds))
+        return {"app": app, "revision": revision}
+
+    monkeypatch.setattr(bench_against, "compare", fake_compare)
+    assert bench_captioner.main(["--against", "abc123", "--rounds", "7", "--json"]) == 0
+    assert bench_asr.main(["--against", "abc123", "--quick", "--json"]) == 0
+    assert calls == [("captioner", "abc123", False, 7), ("recognizer", "abc123", True, 5)]
+    assert '"app": "captioner"' in capsys.readouterr().out
