@@ -117,8 +117,20 @@ class Decoder(nn.Module):
             context = torch.sigmoid(step_linear(h, self.gate.weight, self.gate.bias)) * context  # beta_t * z_t
         return context, alpha, log_prob
 
-    def _lstm(self, embed_gates: torch.Tensor, context: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> State:
-        gates = step_linear(context, self.context_to_gates.weight, embed_gates) + step_linear(h, self.hidden_to_gates.weight)  # (B, 4n)
+    def _gate_weight(self) -> torch.Tensor:
+        """The context's and the state's gate weights side by side, `(4n, D + n)`, so that a
+        training step is one product; joined once per pass, not per step."""
+        return torch.cat([self.context_to_gates.weight, self.hidden_to_gates.weight], 1)
+
+    def _lstm(
+        self, embed_gates: torch.Tensor, context: torch.Tensor, h: torch.Tensor, c: torch.Tensor, gate_weight: torch.Tensor | None = None
+    ) -> State:
+        """The LSTM update of eq. 1-3; with ``gate_weight`` (:meth:`_gate_weight`) the context's and
+        the state's shares of the gates are one product."""
+        if gate_weight is None:
+            gates = step_linear(context, self.context_to_gates.weight, embed_gates) + step_linear(h, self.hidden_to_gates.weight)
+        else:
+            gates = step_linear(torch.cat([context, h], -1), gate_weight, embed_gates)  # (B, 4n)
         i, f, g, o = gates.chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
@@ -167,13 +179,14 @@ class Decoder(nn.Module):
         memory, (h, c) = self.start(features)
         embedded = self.embedding(inputs)  # (B, T, m)
         embed_gates = self.embed_to_gates(embedded).unbind(1)  # T x (B, 4n): the word's share of eq. 1, all steps at once
+        gate_weight = self._gate_weight()
         hs, contexts, alphas, log_probs = [], [], [], []
         with Recurrence():  # each weight's gradient as one product over all steps
             for t, rows in enumerate(live):
                 if rows < h.size(0):  # captions that ended leave the batch
                     h, c, memory = h[:rows], c[:rows], Memory(*(x if x is None else x[:rows] for x in memory))
                 context, alpha, log_prob = self._attend(h, memory, sample)
-                h, c = self._lstm(embed_gates[t][:rows], context, h, c)
+                h, c = self._lstm(embed_gates[t][:rows], context, h, c, gate_weight)
                 hs.append(h)
                 contexts.append(context)
                 alphas.append(alpha)

@@ -169,3 +169,22 @@ def test_the_spellers_decoding_step_follows_weights_changed_between_searches():
         expected, _ = speller._advance(speller._input_gates(speller.embedding(tokens)), speller.initial_state(memory), memory, joined)
     assert not torch.equal(before, after)
     assert torch.equal(after, speller.output(expected).float().log_softmax(-1))
+
+
+def test_the_captioner_decoders_training_pass_and_decoding_steps_give_the_same_words():
+    # Training joins the context's and the state's gate weights into one product per step;
+    # decoding steps use them apart. Both must be the same LSTM.
+    torch.manual_seed(0)
+    decoder = Decoder(DecoderConfig(embed_dim=12, attention_dim=10, hidden_dim=16, dropout=0.0), 30, 8).eval()
+    features, inputs = torch.randn(3, 9, 8), torch.randint(4, 30, (3, 6))
+    lengths = torch.tensor([6, 4, 2])
+    packed = decoder(features, inputs, lengths).logits.log_softmax(-1)  # (N, V), caption then step
+    memory, state = decoder.start(features)
+    stepped = []
+    with torch.no_grad():
+        for t in range(inputs.size(1)):
+            log_probs, state, _ = decoder.step(inputs[:, t], state, memory)
+            stepped.append(log_probs)
+    stepped = torch.stack(stepped, 1)  # (B, T, V)
+    expected = torch.cat([stepped[b, : int(n)] for b, n in enumerate(lengths)])
+    torch.testing.assert_close(packed.detach(), expected, rtol=1e-5, atol=1e-5)
