@@ -118,11 +118,12 @@ class AdditiveScore(Score):
 
         v = self.v.weight.t()  # (A, 1)
         scores = []
-        for query, keys, where in zip(blocks(projected_query), blocks(projected_keys), blocks(location)):
-            hidden = query.unsqueeze(2) + keys.unsqueeze(1)  # (b, T, L, A)
+        # The doubling of 2x rides on the adds (exact in floating point), not on a pass of its own.
+        for query, keys, where in zip(blocks(2 * projected_query), blocks(projected_keys), blocks(location)):
+            hidden = torch.add(query.unsqueeze(2), keys.unsqueeze(1), alpha=2)  # 2 (q + k), (b, T, L, A)
             if where is not None:
-                hidden = hidden.add_(self.location_proj(where))  # U f
-            scores.append(hidden.mul_(2).sigmoid_() @ (2 * v))  # (b, T, L, 1)
+                hidden = hidden.add_(self.location_proj(where), alpha=2)  # + 2 U f
+            scores.append(hidden.sigmoid_() @ (2 * v))  # (b, T, L, 1)
         return (scores[0] if len(scores) == 1 else torch.cat(scores)).squeeze(-1) - v.sum()  # (B, T, L)
 
 
