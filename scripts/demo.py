@@ -60,18 +60,26 @@ def _run_dir(config: str) -> Path:
     return ROOT / settings["trainer"]["default_root_dir"]
 
 
-def _train(module: str, config: str, data_dir: Path) -> tuple[Path, dict, float]:
+def _bf16_is_fast() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX); elsewhere bf16 autocast
+    is emulated and slower than float32."""
+    import torch
+
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def _train(module: str, config: str, data_dir: Path, extra: tuple[str, ...] = ()) -> tuple[Path, dict, float]:
     """Fit (unless a finished run exists) and test; returns the run folder, test metrics, fit seconds.
 
     The run is ``<default_root_dir>/version_N`` (the apps' run layout); a finished one holds
-    ``checkpoints/last.ckpt`` and the demo's ``train_seconds.txt``.
+    ``checkpoints/last.ckpt`` and the demo's ``train_seconds.txt``. ``extra`` goes to both commands.
     """
     root = _run_dir(config)
     checkpoint = find_checkpoint(root, "last")
     run = checkpoint.parents[1] if checkpoint is not None else None
     if run is None or not (run / "train_seconds.txt").is_file():
         start = time.perf_counter()
-        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir))
+        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir, *extra))
         checkpoint = find_checkpoint(root, "last")
         if checkpoint is None:
             raise SystemExit(f"demo: training left no last.ckpt under {root}")
@@ -80,7 +88,7 @@ def _train(module: str, config: str, data_dir: Path) -> tuple[Path, dict, float]
     else:
         print(f"   reusing {checkpoint.relative_to(ROOT)}")
     if not (run / "test_metrics.json").is_file():
-        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir, "--ckpt_path", checkpoint))
+        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir, "--ckpt_path", checkpoint, *extra))
     if not (run / "test_metrics.json").is_file():
         raise SystemExit(f"demo: testing wrote no test_metrics.json in {run}")
     return run, json.loads((run / "test_metrics.json").read_text()), float((run / "train_seconds.txt").read_text())
@@ -148,8 +156,11 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, dict,
         _run(_app("show_attend", "prepare", "shapes", "--out", data_dir))
     else:
         print(f"   reusing {data_dir.relative_to(ROOT)}")
+    # The captioner's convolutions and products take shorter steps under bf16 autocast where the CPU
+    # has bf16 units; the recognizer's LSTMs do not (docs/BENCHMARKS.md), so it stays in float32.
+    precision = ("--trainer.precision", "bf16-mixed") if _bf16_is_fast() else ()
     _stage("Captioner 2/4: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
-    run, test, seconds = _train("show_attend", config, data_dir)
+    run, test, seconds = _train("show_attend", config, data_dir, precision)
     checkpoint = run / "checkpoints" / "last.ckpt"
 
     _stage("Captioner 3/4: caption test images with attention overlays")

@@ -83,3 +83,27 @@ def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
     run = {"command": "python scripts/bottleneck.py", "plots": [_touch(tmp_path / "curves/bottleneck_recognizer.png")]}
     text = build_page(tmp_path, {}, [], [], {}, explain, run, failures).read_text()
     assert 'src="curves/bottleneck_recognizer.png"' in text and "Not run yet" not in text
+
+
+def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monkeypatch):
+    # The demo trains the captioner under bf16 autocast where the CPU has bf16 units: the setting
+    # must reach both the training and the test command, or the test would score another model's numerics.
+    import demo
+
+    root = tmp_path / "run"
+    commands = []
+
+    def fake_run(args):
+        commands.append(args)
+        if "fit" in args:
+            (root / "version_0" / "checkpoints").mkdir(parents=True)
+            (root / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        else:
+            (root / "version_0" / "test_metrics.json").write_text('{"exact_match": 1.0}')
+
+    monkeypatch.setattr(demo, "_run", fake_run)
+    monkeypatch.setattr(demo, "_run_dir", lambda config: root)
+    run, metrics, _ = demo._train("show_attend", "configs/show_attend/demo.yaml", tmp_path, ("--trainer.precision", "bf16-mixed"))
+    assert run == root / "version_0" and metrics == {"exact_match": 1.0}
+    assert [c[3] for c in commands] == ["fit", "test"]
+    assert all(c[-2:] == ["--trainer.precision", "bf16-mixed"] for c in commands)
