@@ -1,6 +1,6 @@
 """Long recordings against the same speech one utterance per file: what chunking costs.
 
-    python scripts/long_audio_check.py --ckpt CKPT --data DIR [--per-file 10] [--pause 0.25]
+    python scripts/long_audio_check.py --ckpt CKPT --data DIR [--per-file 10] [--pause 0.25] [--no-trim]
 
 Joins the test utterances of each speaker of a LibriSpeech-layout corpus (``DIR/test`` of
 ``speech-attend prepare synth``) into one long file, ``--pause`` seconds of silence between
@@ -41,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, type=Path, help="corpus folder with a test/ split (LibriSpeech layout)")
     parser.add_argument("--per-file", type=int, default=10, help="utterances joined into each long file (default: 10)")
     parser.add_argument("--pause", type=float, default=0.25, help="seconds of silence between them (default: 0.25)")
+    parser.add_argument("--no-trim", action="store_true", help="decode chunks with their quiet edges (transcribe trims them)")
     args = parser.parse_args(argv)
     test_dir = args.data / "test"
     references = _references(test_dir)
     by_speaker = defaultdict(list)
     for path in sorted(test_dir.rglob("*.flac")):
         by_speaker[path.parent.parent.name].append(path)
-    transcriber = Transcriber(args.ckpt)
+    transcriber = Transcriber(args.ckpt, trim=not args.no_trim)
     with tempfile.TemporaryDirectory() as tmp:
         long_files, long_references = [], []
         for speaker, paths in by_speaker.items():

@@ -129,7 +129,7 @@ def split_at_quiet_points(
 
 
 def split_at_pauses(
-    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_pause: float = _MIN_PAUSE_SECONDS
+    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_pause: float = _MIN_PAUSE_SECONDS, trim: bool = True
 ) -> list[tuple[int, int]]:
     """Cut long speech at its pauses into chunks of at most ``max_seconds``, each trimmed to its speech.
 
@@ -149,6 +149,8 @@ def split_at_pauses(
         sample_rate (int): Hz.
         max_seconds (float): longest chunk.
         min_pause (float, optional): shortest pause cut at, in seconds. (Default: ``0.15``)
+        trim (bool, optional): trim each chunk's quiet edges; ``False`` keeps them (to measure
+            what trimming does). (Default: ``True``)
 
     Returns:
         list of (int, int): ``(start, end)`` sample ranges in order, not overlapping.
@@ -162,7 +164,7 @@ def split_at_pauses(
 
     def trimmed(start: int, end: int) -> tuple[int, int]:
         inside = speech[(speech >= start // hop) & (speech < -(-end // hop))]
-        if inside.numel() == 0:
+        if not trim or inside.numel() == 0:
             return start, end
         # Quiet edges shorter than _MIN_TRIM_SECONDS stay: they are part of the speech's own onset
         # or decay, and moving a clean utterance's start by even 10 ms changes some of its transcripts.
@@ -265,9 +267,13 @@ class Transcriber:
         max_chunk_seconds (float or None, optional): longest piece decoded at once; by default
             the longest training utterance saved with the model (15 s if unknown).
         device (str, optional): ``cpu`` or ``cuda``. (Default: ``"cpu"``)
+        trim (bool, optional): trim the quiet edges of every chunk before decoding. (Default: ``True``)
     """
 
-    def __init__(self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None, device: str = "cpu"):
+    def __init__(
+        self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None, device: str = "cpu",
+        trim: bool = True,
+    ):
         self.model, self.vocabulary, self.decoding, config = load_recognizer(path, device)
         if beam_size is not None:
             if beam_size < 1:
@@ -277,7 +283,7 @@ class Transcriber:
             raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
         saved = self.decoding.max_chunk_seconds
         self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
-        self.device = device
+        self.device, self.trim = device, trim
 
     @property
     def sample_rate(self) -> int:
@@ -326,7 +332,7 @@ class Transcriber:
                 f"{audio_path}: audio of {wave.numel() / self.sample_rate:.3f} s is shorter than one listener frame; "
                 f"expected at least {self.model.min_samples() / self.sample_rate:.3f} s"
             )
-        spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds)
+        spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds, trim=self.trim)
         spans = _widen_short_chunks(spans, self.model.min_samples(), wave.numel())
         silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate)}
         return _File(str(audio_path), wave, spans, silent)

@@ -281,5 +281,16 @@ def test_long_audio_without_pauses_is_still_cut_to_the_longest_chunk():
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and all(end - start <= 3 * rate for start, end in spans)
 
 
+def test_without_trimming_chunks_keep_their_quiet_edges_and_cover_the_audio():
+    rate = 1000
+    wave, _ = _phrases(rate, gaps=[0.3, 0.4], lead=0.5)
+    wave = torch.cat([wave, torch.zeros(600)])
+    trimmed = split_at_pauses(wave, rate, max_seconds=3.0)
+    kept = split_at_pauses(wave, rate, max_seconds=3.0, trim=False)
+    assert len(kept) == len(trimmed) == 3  # the same cuts
+    assert kept[0][0] == 0 and kept[-1][1] == wave.numel() and trimmed[0][0] > 400 and trimmed[-1][1] < wave.numel() - 500
+    assert all(a[1] == b[0] for a, b in zip(kept, kept[1:]))  # cut in the pauses, nothing left out
+
+
 def test_silence_is_one_untrimmed_chunk():
     assert split_at_pauses(torch.zeros(2000), 1000, max_seconds=3.0) == [(0, 2000)]
