@@ -118,7 +118,8 @@ class AdditiveScore(Score):
 
         v = self.v.weight.t()  # (A, 1)
         scores = []
-        # The doubling of 2x rides on the adds (exact in floating point), not on a pass of its own.
+        # The 2x of tanh x = 2 sigmoid(2x) - 1 is folded into the adds (alpha=2, exact in floating
+        # point) rather than taking a pass of its own over the hidden layer.
         for query, keys, where in zip(blocks(2 * projected_query), blocks(projected_keys), blocks(location)):
             hidden = torch.add(query.unsqueeze(2), keys.unsqueeze(1), alpha=2)  # 2 (q + k), (b, T, L, A)
             if where is not None:

@@ -107,3 +107,17 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
     assert run == root / "version_0" and metrics == {"exact_match": 1.0}
     assert [c[3] for c in commands] == ["fit", "test"]
     assert all(c[-2:] == ["--trainer.precision", "bf16-mixed"] for c in commands)
+
+
+def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
+    import torch
+
+    import demo
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert demo._bf16_is_fast()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert not demo._bf16_is_fast()
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")  # a torch without the probe: no bf16, no error
+    assert not demo._bf16_is_fast()
