@@ -153,6 +153,8 @@ class _Worker:
 
 def compare(app: str, revision: str, quick: bool = False, rounds: int = 5) -> dict:
     """Median step seconds of this tree and of ``revision``, and their ratio (see the module docstring)."""
+    if rounds < 1:
+        raise SystemExit(f"bench_against: --rounds must be at least 1, got {rounds}")
     resolved = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, text=True)
     if resolved.returncode:
         raise SystemExit(f"bench_against: {revision!r} is not a revision of this repository")

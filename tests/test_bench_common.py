@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -57,3 +58,10 @@ def test_app_benchmarks_pass_against_and_rounds_to_the_side_by_side_bench(monkey
     assert bench_asr.main(["--against", "abc123", "--quick", "--json"]) == 0
     assert calls == [("captioner", "abc123", False, 7), ("recognizer", "abc123", True, 5)]
     assert '"app": "captioner"' in capsys.readouterr().out
+
+
+def test_side_by_side_bench_refuses_zero_rounds_in_one_line():
+    import bench_against
+
+    with pytest.raises(SystemExit, match="--rounds must be at least 1, got 0"):
+        bench_against.compare("captioner", "HEAD", rounds=0)
