@@ -67,6 +67,53 @@ def _as_steps(query: torch.Tensor) -> tuple[torch.Tensor, bool]:
 _HIDDEN_BLOCK = 1 << 20
 
 
+class _SigmoidLayerScore(torch.autograd.Function):
+    """``2 v^T sigmoid(2 (q_t + k_i [+ U f_ti]))`` for one block of queries, `(b, T, L)`, with a
+    backward of its own.
+
+    Autograd's backward of the same operations takes five passes over the `(b, T, L, A)` hidden
+    layer besides the keys' gradient: the outer product of the scores' gradient with ``v`` (a
+    matrix product with an inner size of 1, far below the memory's speed), the sigmoid's
+    derivative, the doubling for the keys, and the reductions. Here the pre-activation gradient
+    ``4 g v * s (1 - s)`` is written once, by a broadcast product and the sigmoid's derivative in
+    place, and handed to every input, reduced over the axes it was broadcast along.
+    """
+
+    @staticmethod
+    def forward(ctx, query, keys, located, v):
+        # query (b or 1, T, A), keys (b or 1, L, A), located (b, T, L, A) or None, v (1, A).
+        # The 2x of tanh x = 2 sigmoid(2x) - 1 rides on the adds (alpha=2, exact in floating point).
+        hidden = torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2)  # 2 (q + k), (b, T, L, A)
+        if located is not None:
+            hidden.add_(located, alpha=2)  # + 2 U f
+        hidden.sigmoid_()
+        ctx.save_for_backward(hidden, v)
+        ctx.shapes = query.shape, keys.shape, None if located is None else located.shape
+        ctx.dtypes = query.dtype, keys.dtype, None if located is None else located.dtype
+        return (hidden @ (2 * v.t()).to(hidden.dtype)).squeeze(-1)  # (b, T, L)
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, v = ctx.saved_tensors  # hidden holds s = sigmoid(2 (q + k [+ U f]))
+        grad = grad.to(hidden.dtype)
+        grad_v = None
+        if ctx.needs_input_grad[3]:
+            grad_v = 2 * (grad.reshape(1, -1) @ hidden.reshape(-1, hidden.size(-1))).to(v.dtype)  # (1, A)
+        if not any(ctx.needs_input_grad[:3]):
+            return None, None, None, grad_v
+        pre = grad.unsqueeze(-1) * (4 * v[0]).to(hidden.dtype)  # (b, T, L, A): one write
+        torch.ops.aten.sigmoid_backward.grad_input(pre, hidden, grad_input=pre)  # * s (1 - s), in place
+        (query_shape, keys_shape, located_shape), dtypes = ctx.shapes, ctx.dtypes
+        grads = [None, None, None]
+        if ctx.needs_input_grad[0]:
+            grads[0] = pre.sum_to_size(query_shape[0], query_shape[1], 1, query_shape[2]).squeeze(2).to(dtypes[0])
+        if ctx.needs_input_grad[1]:
+            grads[1] = pre.sum_to_size(keys_shape[0], 1, *keys_shape[1:]).squeeze(1).to(dtypes[1])
+        if ctx.needs_input_grad[2]:
+            grads[2] = pre.to(dtypes[2])
+        return (*grads, grad_v)
+
+
 class AdditiveScore(Score):
     """Bahdanau (MLP) score ``e_i = v^T tanh(W_q q + W_k k_i + b)``.
 
@@ -116,16 +163,12 @@ class AdditiveScore(Score):
                 return [x] * -(-batch // rows)
             return list(x.split(rows))
 
-        v = self.v.weight.t()  # (A, 1)
+        v = self.v.weight  # (1, A)
         scores = []
-        # The 2x of tanh x = 2 sigmoid(2x) - 1 is folded into the adds (alpha=2, exact in floating
-        # point) rather than taking a pass of its own over the hidden layer.
-        for query, keys, where in zip(blocks(2 * projected_query), blocks(projected_keys), blocks(location)):
-            hidden = torch.add(query.unsqueeze(2), keys.unsqueeze(1), alpha=2)  # 2 (q + k), (b, T, L, A)
-            if where is not None:
-                hidden = hidden.add_(self.location_proj(where), alpha=2)  # + 2 U f
-            scores.append(hidden.sigmoid_() @ (2 * v))  # (b, T, L, 1)
-        return (scores[0] if len(scores) == 1 else torch.cat(scores)).squeeze(-1) - v.sum()  # (B, T, L)
+        for query, keys, where in zip(blocks(projected_query), blocks(projected_keys), blocks(location)):
+            located = self.location_proj(where) if where is not None else None  # U f, (b, T, L, A)
+            scores.append(_SigmoidLayerScore.apply(query, keys, located, v))  # (b, T, L)
+        return (scores[0] if len(scores) == 1 else torch.cat(scores)) - v.sum()  # (B, T, L)
 
 
 class DotScore(Score):

@@ -231,3 +231,40 @@ def test_mlp_scores_built_in_blocks_equal_the_tanh_formula_at_once(kind, monkeyp
     expected = score.v(torch.tanh(hidden)).squeeze(-1)
     monkeypatch.setattr(shared.scoring, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
     torch.testing.assert_close(score(query, projected, prev), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["additive", "location"])
+def test_mlp_scores_backward_equals_the_gradients_of_the_tanh_formula(kind, monkeypatch):
+    import shared.scoring
+
+    torch.manual_seed(0)
+    score = build_score(kind, 8, 6, 5).double()
+    query = torch.randn(7, 3, 8, dtype=torch.double, requires_grad=True)
+    keys = torch.randn(7, 9, 6, dtype=torch.double, requires_grad=True)
+    prev = torch.softmax(torch.randn(7, 3, 9, dtype=torch.double), -1).requires_grad_()
+    upstream = torch.randn(7, 3, 9, dtype=torch.double)
+
+    def gradients(scores):
+        inputs = [query, keys, *([prev] if kind == "location" else []), *score.parameters()]
+        return torch.autograd.grad((scores * upstream).sum(), inputs)
+
+    hidden = score.query_proj(query).unsqueeze(2) + score.precompute(keys).unsqueeze(1)  # (B, T, L, A)
+    if kind == "location":
+        location = score.location_conv(prev.reshape(21, 1, 9)).transpose(1, 2).reshape(7, 3, 9, -1)
+        hidden = hidden + score.location_proj(location)
+    expected = gradients(score.v(torch.tanh(hidden)).squeeze(-1))
+    monkeypatch.setattr(shared.scoring, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
+    for got, want in zip(gradients(score(query, score.precompute(keys), prev)), expected):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
+def test_mlp_scores_backward_under_bf16_autocast_gives_finite_gradients_of_each_inputs_dtype():
+    torch.manual_seed(0)
+    score = build_score("additive", 8, 6, 5)
+    query, keys = torch.randn(4, 8, requires_grad=True), torch.randn(4, 9, 6, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = score(query, score.precompute(keys))
+    scores.float().sum().backward()
+    assert scores.dtype == torch.bfloat16
+    for tensor in (query, keys, *score.parameters()):
+        assert tensor.grad.dtype == torch.float32 and torch.isfinite(tensor.grad).all() and tensor.grad.abs().sum() > 0
