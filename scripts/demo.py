@@ -5,6 +5,11 @@
 Each stage is skipped when its result is already there, so a second run reuses the prepared
 data and trained checkpoints and takes about a minute; ``--fresh`` starts over. Every stage
 runs the apps' own command lines, so what the demo shows is what a user gets.
+
+The two apps train at the same time, each on half of the CPU cores: neither training uses two
+cores well on its own (the captioner's products are small, the recognizer's two-process DDP
+waits on its exchanges), and the captioner's tests and examples run while the recognizer is
+still training. Their output goes to ``<out>/logs/``; the terminal shows both one's progress.
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import soundfile
@@ -28,27 +37,102 @@ from shared.training.checkpoints import find_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOW_IMAGES, SPEECH_FILES, EXPLAIN_IMAGES = 6, 6, 24
+CAPTIONER_CONFIG, RECOGNIZER_CONFIG = "configs/show_attend/demo.yaml", "configs/speech_attend/demo.yaml"
+
+
+_STARTED = time.perf_counter()
+_PRINTING = threading.Lock()
+PROGRESS_EVERY_S = 30
+
+
+def _say(text: str) -> None:
+    with _PRINTING:
+        print(text, flush=True)
 
 
 def _stage(title: str) -> None:
-    print(f"\n==> {title}", flush=True)
+    """A stage's heading, with the time since the demo started (where the minutes go)."""
+    _say(f"\n==> [{time.perf_counter() - _STARTED:4.0f} s] {title}")
 
 
-def _run(args: list[str]) -> None:
-    """Run one app command, its progress streaming to the terminal; stop the demo if it fails."""
+class Lane:
+    """One app's share of the machine while both train: its commands run with ``threads``
+    threads each and write to ``log`` instead of the terminal.
+
+    Args:
+        name (str): the app, as the progress line says it.
+        log (Path): where its commands' output goes.
+        threads (int): OpenMP threads of its commands.
+        max_steps (int): the training's steps, for the progress line.
+    """
+
+    def __init__(self, name: str, log: Path, threads: int, max_steps: int):
+        self.name, self.log, self.max_steps = name, log, max_steps
+        self.env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        self.command = "waiting"
+        self.process: subprocess.Popen | None = None
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+
+    def progress(self) -> str:
+        """What the lane is doing: its training's step read from the progress bar in its log."""
+        if self.command != "fit":
+            return self.command
+        with self.log.open("rb") as f:
+            f.seek(max(0, self.log.stat().st_size - 8192))
+            tail = f.read().decode(errors="replace")
+        bars = re.findall(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)", tail)
+        if not bars:
+            return "fit: starting"
+        epoch, done, per_epoch = map(int, bars[-1])
+        return f"fit: step {min(epoch * per_epoch + done, self.max_steps)}/{self.max_steps}"
+
+    def stop(self) -> None:
+        """Stop the running command (a training saves its checkpoint on SIGTERM)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+
+def _display(path: Path) -> str:
+    """A path as short as it can be said: relative to the working folder where it lies under it."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def _shown(args: list) -> str:
     shown = args[2:] if args[:2] == [sys.executable, "-m"] else args[1:] if args[0] == sys.executable else args
-    print("   $ " + " ".join(map(str, shown)), flush=True)
-    result = subprocess.run(args, cwd=ROOT)
-    if result.returncode != 0:
-        raise SystemExit(f"demo: the step above failed (exit code {result.returncode})")
+    return " ".join(map(str, shown))
+
+
+def _run(args: list, lane: Lane | None = None) -> None:
+    """Run one app command, its progress streaming to the terminal (or to the lane's log); stop
+    the demo if it fails."""
+    if lane is None:
+        _say("   $ " + _shown(args))
+        result = subprocess.run(args, cwd=ROOT)
+        if result.returncode != 0:
+            raise SystemExit(f"demo: the step above failed (exit code {result.returncode})")
+        return
+    lane.command = str(args[3]) if len(args) > 3 else "running"
+    with lane.log.open("a") as log:
+        log.write(f"$ {_shown(args)}\n")
+        log.flush()
+        lane.process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=lane.env)
+        code = lane.process.wait()
+    lane.command = "done"
+    if code != 0:
+        tail = re.split(r"[\r\n]+", lane.log.read_text(errors="replace").strip())[-12:]
+        _say("\n".join(f"   | {line}" for line in tail))
+        raise SystemExit(f"demo: the {lane.name}'s '{_shown(args)}' failed (exit code {code}); whole log: {lane.log}")
 
 
 def _app(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", f"{module}.cli", *map(str, args)]
 
 
-def _json_lines(args: list[str]) -> list[dict]:
-    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+def _json_lines(args: list, lane: Lane | None = None) -> list[dict]:
+    if lane is not None:
+        lane.command = str(args[3])
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=lane.env if lane else None)
     if result.returncode != 0:
         raise SystemExit(f"demo: {' '.join(args[2:])} failed:\n{result.stderr.strip()}")
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -70,30 +154,36 @@ def _bf16_is_fast() -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-def _train(module: str, config: str, data_dir: Path, extra: tuple[str, ...] = ()) -> tuple[Path, dict, float]:
-    """Fit (unless a finished run exists) and test; returns the run folder, test metrics, fit seconds.
+def _fit(module: str, config: str, data_dir: Path, extra: tuple[str, ...] = (), lane: Lane | None = None) -> tuple[Path, float]:
+    """Fit, unless a finished run exists; returns the run folder and the fit's seconds.
 
     The run is ``<default_root_dir>/version_N`` (the apps' run layout); a finished one holds
-    ``checkpoints/last.ckpt`` and the demo's ``train_seconds.txt``. ``extra`` goes to both commands.
+    ``checkpoints/last.ckpt`` and the demo's ``train_seconds.txt``. ``extra`` goes to the command.
     """
     root = _run_dir(config)
     checkpoint = find_checkpoint(root, "last")
     run = checkpoint.parents[1] if checkpoint is not None else None
     if run is None or not (run / "train_seconds.txt").is_file():
         start = time.perf_counter()
-        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir, *extra))
+        _run(_app(module, "fit", "--config", config, "--data.data_dir", data_dir, *extra), lane)
         checkpoint = find_checkpoint(root, "last")
         if checkpoint is None:
             raise SystemExit(f"demo: training left no last.ckpt under {root}")
         run = checkpoint.parents[1]
         (run / "train_seconds.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
     else:
-        print(f"   reusing {checkpoint.relative_to(ROOT)}")
+        _say(f"   reusing {checkpoint.relative_to(ROOT)}")
+    return run, float((run / "train_seconds.txt").read_text())
+
+
+def _test(module: str, config: str, data_dir: Path, run: Path, extra: tuple[str, ...] = (), lane: Lane | None = None) -> dict:
+    """Test a fitted run (unless tested already) with the same ``extra`` settings; its test metrics."""
     if not (run / "test_metrics.json").is_file():
-        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir, "--ckpt_path", checkpoint, *extra))
+        checkpoint = run / "checkpoints" / "last.ckpt"
+        _run(_app(module, "test", "--config", config, "--data.data_dir", data_dir, "--ckpt_path", checkpoint, *extra), lane)
     if not (run / "test_metrics.json").is_file():
         raise SystemExit(f"demo: testing wrote no test_metrics.json in {run}")
-    return run, json.loads((run / "test_metrics.json").read_text()), float((run / "train_seconds.txt").read_text())
+    return json.loads((run / "test_metrics.json").read_text())
 
 
 def _curves(run: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
@@ -108,10 +198,10 @@ def _curves(run: Path, main_metric: str) -> dict[str, list[tuple[int, float]]]:
     return {name: sorted(points) for name, points in series.items() if points}
 
 
-def _explain(checkpoint: Path, images: list[Path], folder: Path) -> dict:
+def _explain(checkpoint: Path, images: list[Path], folder: Path, lane: Lane | None = None) -> dict:
     """``show-attend explain`` on test images: the summary, the three images where attention and
     occlusion disagree most and the one where they agree most (for the page)."""
-    _run(_app("show_attend", "explain", "--ckpt", checkpoint, *images, "--out", folder))
+    _run(_app("show_attend", "explain", "--ckpt", checkpoint, *images, "--out", folder), lane)
     words = [json.loads(line) for line in (folder / "explain.jsonl").read_text().splitlines()]
     per_image: dict[str, list[dict]] = {}
     for word in words:
@@ -149,42 +239,51 @@ def _bottleneck() -> dict:
     return {"command": command, "plots": []}
 
 
-def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, dict, Path]:
+def _max_steps(config: str) -> int:
+    return int(yaml.safe_load((ROOT / config).read_text())["trainer"]["max_steps"])
+
+
+def prepare_data(data_root: Path) -> None:
+    """The built-in data of both apps, made once (on all cores) and reused."""
+    shapes, synth = data_root / "shapes", data_root / "synth"
+    if not (shapes / "dataset_shapes.json").is_file():
+        _run(_app("show_attend", "prepare", "shapes", "--out", shapes))
+    else:
+        _say(f"   reusing {shapes}")
+    if not (synth / "test").is_dir():
+        _run(_app("speech_attend", "prepare", "synth", "--out", synth))
+    else:
+        _say(f"   reusing {synth}")
+
+
+def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
+    """Train and test the captioner, caption test images with overlays, explain its attention."""
     from shared.evaluation.plots import save_curves
 
-    data_dir, config = data_root / "shapes", "configs/show_attend/demo.yaml"
-    _stage("Captioner 1/4: built-in shapes data")
-    if not (data_dir / "dataset_shapes.json").is_file():
-        _run(_app("show_attend", "prepare", "shapes", "--out", data_dir))
-    else:
-        print(f"   reusing {data_dir.relative_to(ROOT)}")
+    config = CAPTIONER_CONFIG
     # The captioner's convolutions and products take shorter steps under bf16 autocast where the CPU
     # has bf16 units; the recognizer's LSTMs do not (docs/BENCHMARKS.md), so it stays in float32.
     precision = ("--trainer.precision", "bf16-mixed") if _bf16_is_fast() else ()
-    _stage("Captioner 2/4: train soft attention (configs/show_attend/demo.yaml), then test with beam search")
-    run, test, seconds = _train("show_attend", config, data_dir, precision)
+    run, seconds = _fit("show_attend", config, data_dir, precision, lane)
+    test = _test("show_attend", config, data_dir, run, precision, lane)
     checkpoint = run / "checkpoints" / "last.ckpt"
 
-    _stage("Captioner 3/4: caption test images with attention overlays")
     dataset = json.loads((data_dir / "dataset_shapes.json").read_text())
     tests = [im for im in dataset["images"] if im["split"] == "test"][:SHOW_IMAGES]
     (out / "images").mkdir(parents=True, exist_ok=True)
     images = [shutil.copy(data_dir / "images" / im["filename"], out / "images" / im["filename"]) for im in tests]
-    lines = _json_lines(_app("show_attend", "caption", "--ckpt", checkpoint, *images, "--overlay-dir", out / "overlays", "--json"))
+    lines = _json_lines(_app("show_attend", "caption", "--ckpt", checkpoint, *images, "--overlay-dir", out / "overlays", "--json"), lane)
     captions = []
     for im, line in zip(tests, lines):
-        print(f"   {im['filename']}: {line['caption']}")
         captions.append({
             "image": f"images/{im['filename']}",
             "caption": line["caption"],
             "references": [sentence["raw"] for sentence in im["sentences"]],
             "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
         })
-    curve = out / "curves" / "captioner.png"
-    save_curves(_curves(run, "exact_match"), curve, "captioner (shapes, soft attention)")
-    _stage("Captioner 4/4: attention against occlusion (show-attend explain)")
+    save_curves(_curves(run, "exact_match"), out / "curves" / "captioner.png", "captioner (shapes, soft attention)")
     explained = [data_dir / "images" / im["filename"] for im in dataset["images"] if im["split"] == "test"][:EXPLAIN_IMAGES]
-    explain = _explain(checkpoint, explained, out / "explain")
+    explain = _explain(checkpoint, explained, out / "explain", lane)
     metrics = {
         "exact_match": test.get("exact_match"),
         "bleu4": test.get("bleu4"),
@@ -192,24 +291,17 @@ def captioner(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, dict,
         "pointing_accuracy": test.get("pointing_accuracy"),
         "train_seconds": seconds,
     }
-    return metrics, captions, {"Captioner": "curves/captioner.png"}, explain, checkpoint
+    return {"metrics": metrics, "captions": captions, "curves": {"Captioner": "curves/captioner.png"},
+            "explain": explain, "checkpoint": checkpoint}
 
 
-def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, Path]:
+def recognizer(out: Path, data_dir: Path, run: Path, seconds: float) -> dict:
+    """Test the trained recognizer on held-out voices and transcribe test files with alignment plots."""
     from shared.evaluation.plots import save_curves
     from speech_attend.corpora import read_librispeech
 
-    data_dir, config = data_root / "synth", "configs/speech_attend/demo.yaml"
-    _stage("Recognizer 1/3: built-in synthesised speech (espeak-ng)")
-    if not (data_dir / "test").is_dir():
-        _run(_app("speech_attend", "prepare", "synth", "--out", data_dir))
-    else:
-        print(f"   reusing {data_dir.relative_to(ROOT)}")
-    _stage("Recognizer 2/3: train LAS (configs/speech_attend/demo.yaml), then test on held-out voices")
-    run, test, seconds = _train("speech_attend", config, data_dir)
+    test = _test("speech_attend", RECOGNIZER_CONFIG, data_dir, run)
     checkpoint = run / "checkpoints" / "last.ckpt"
-
-    _stage("Recognizer 3/3: transcribe test files with alignment plots")
     utterances = read_librispeech(data_dir, subsets=["test"])[:SPEECH_FILES]
     (out / "audio").mkdir(parents=True, exist_ok=True)
     audio_files = []
@@ -222,7 +314,7 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, Path
                              "--alignment-dir", out / "alignments", "--json"))
     transcripts = []
     for utt, path, line in zip(utterances, audio_files, lines):
-        print(f"   {path.name}: {line['text']}")
+        _say(f"   {path.name}: {line['text']}")
         alignment = out / "alignments" / (path.stem + ".png")
         transcripts.append({
             "audio": f"audio/{path.name}",
@@ -233,7 +325,33 @@ def recognizer(out: Path, data_root: Path) -> tuple[dict, list[dict], dict, Path
         })
     save_curves(_curves(run, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
     metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
-    return metrics, transcripts, {"Recognizer": "curves/recognizer.png"}, checkpoint
+    return {"metrics": metrics, "transcripts": transcripts, "curves": {"Recognizer": "curves/recognizer.png"},
+            "checkpoint": checkpoint}
+
+
+def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
+    """The captioner (fit, test, examples) and the recognizer's fit at the same time, each on half
+    the cores, their output in ``<out>/logs``; a progress line for both every half minute."""
+    threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2) // 2)
+    lanes = [Lane("captioner", out / "logs" / "captioner.log", threads, _max_steps(CAPTIONER_CONFIG)),
+             Lane("recognizer", out / "logs" / "recognizer.log", threads, _max_steps(RECOGNIZER_CONFIG))]
+    _say(f"   {threads} thread(s) each; their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}")
+    with ThreadPoolExecutor(2) as pool:
+        jobs: list[Future] = [
+            pool.submit(captioner, out, data_root / "shapes", lanes[0]),
+            pool.submit(_fit, "speech_attend", RECOGNIZER_CONFIG, data_root / "synth", (), lanes[1]),
+        ]
+        while True:
+            finished, running = wait(jobs, timeout=PROGRESS_EVERY_S, return_when=FIRST_EXCEPTION)
+            failed = [job for job in finished if job.exception() is not None]
+            if failed or not running:
+                break
+            _say(f"   [{time.perf_counter() - _STARTED:4.0f} s] " + "  |  ".join(f"{lane.name} {lane.progress()}" for lane in lanes))
+        if failed:
+            for lane in lanes:
+                lane.stop()
+            raise failed[0].exception()
+    return jobs[0].result(), jobs[1].result()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,26 +362,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out, data_root = args.out.resolve(), args.data.resolve()
     if args.fresh:
-        runs = [_run_dir(f"configs/{app}/demo.yaml") for app in ("show_attend", "speech_attend")]
+        runs = [_run_dir(config) for config in (CAPTIONER_CONFIG, RECOGNIZER_CONFIG)]
         for path in (out, data_root / "shapes", data_root / "synth", *runs):
             shutil.rmtree(path, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
 
-    caption_metrics, captions, caption_curves, explain, caption_model = captioner(out, data_root)
-    speech_metrics, transcripts, speech_curves, speech_model = recognizer(out, data_root)
+    _stage("Built-in data: scenes of shapes for the captioner, sentences spoken by eSpeak NG voices for the recognizer")
+    prepare_data(data_root)
+    _stage(f"Training both at once: the captioner ({CAPTIONER_CONFIG}; then tested with beam search, "
+           f"examples captioned, attention against occlusion) and the recognizer ({RECOGNIZER_CONFIG})")
+    captioned, (speech_run, speech_seconds) = train_both(out, data_root)
+    for example in captioned["captions"]:
+        _say(f"   {Path(example['image']).name}: {example['caption']}")
+    _stage("Recognizer: test on voices it never heard (beam search), transcribe test files with alignment plots")
+    spoken = recognizer(out, data_root / "synth", speech_run, speech_seconds)
+    caption_metrics, speech_metrics = captioned["metrics"], spoken["metrics"]
     metrics = {"captioner": caption_metrics, "recognizer": speech_metrics}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     _stage("Failure modes: identical objects, a longer scene, a dropped mask (scripts/failure_modes.py)")
-    _run([sys.executable, str(ROOT / "scripts" / "failure_modes.py"), "--captioner", caption_model, "--recognizer", speech_model,
-          "--data", data_root / "synth", "--out", out])
+    _run([sys.executable, str(ROOT / "scripts" / "failure_modes.py"), "--captioner", captioned["checkpoint"],
+          "--recognizer", spoken["checkpoint"], "--data", data_root / "synth", "--out", out])
     failures = json.loads((out / "failure_modes.json").read_text())
     bottleneck = _bottleneck()
     for i, plot in enumerate(bottleneck["plots"]):
         bottleneck["plots"][i] = str(Path(shutil.copy(plot, out / "curves" / f"bottleneck_{Path(plot).name}")).relative_to(out))
-    page = build_page(out, metrics, captions, transcripts, {**caption_curves, **speech_curves}, explain, bottleneck, failures)
+    page = build_page(out, metrics, captioned["captions"], spoken["transcripts"], {**captioned["curves"], **spoken["curves"]},
+                      captioned["explain"], bottleneck, failures)
 
-    _stage(f"Done in {time.perf_counter() - start:.0f} s")
+    _stage("Done")
     print(f"   open {page}")
     c, r = caption_metrics, speech_metrics
     print(f"   captioner : exact match {c['exact_match']:.3f}  BLEU-4 {c['bleu4']:.3f}  CIDEr {c['cider']:.3f}  "

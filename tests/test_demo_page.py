@@ -1,7 +1,11 @@
-"""The demo's results page links only files that exist, with relative links."""
+"""The demo's results page links only files that exist, with relative links; the demo's
+training lanes report progress and stop together when one fails."""
 
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -93,7 +97,7 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
     root = tmp_path / "run"
     commands = []
 
-    def fake_run(args):
+    def fake_run(args, lane=None):
         commands.append(args)
         if "fit" in args:
             (root / "version_0" / "checkpoints").mkdir(parents=True)
@@ -103,10 +107,49 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
 
     monkeypatch.setattr(demo, "_run", fake_run)
     monkeypatch.setattr(demo, "_run_dir", lambda config: root)
-    run, metrics, _ = demo._train("show_attend", "configs/show_attend/demo.yaml", tmp_path, ("--trainer.precision", "bf16-mixed"))
+    extra = ("--trainer.precision", "bf16-mixed")
+    run, _ = demo._fit("show_attend", "configs/show_attend/demo.yaml", tmp_path, extra)
+    metrics = demo._test("show_attend", "configs/show_attend/demo.yaml", tmp_path, run, extra)
     assert run == root / "version_0" and metrics == {"exact_match": 1.0}
     assert [c[3] for c in commands] == ["fit", "test"]
     assert all(c[-2:] == ["--trainer.precision", "bf16-mixed"] for c in commands)
+
+
+def test_a_lane_reads_its_trainings_step_from_the_progress_bar_in_its_log(tmp_path):
+    import demo
+
+    lane = demo.Lane("captioner", tmp_path / "logs" / "captioner.log", threads=1, max_steps=1200)
+    assert lane.env["OMP_NUM_THREADS"] == "1"
+    lane.command = "fit"
+    assert lane.progress() == "fit: starting"
+    with lane.log.open("a") as log:  # what Lightning's bar writes: carriage returns, one epoch at a time
+        log.write("Epoch 1: 100%|##########| 94/94 [00:20<00:00, 4.6it/s]\rEpoch 2:  50%|#####     | 47/94 [00:10<00:10, 4.5it/s, v_num=0]")
+    assert lane.progress() == "fit: step 235/1200"
+    lane.command = "explain"
+    assert lane.progress() == "explain"
+
+
+def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp_path, monkeypatch, capsys):
+    import demo
+
+    def failing_captioner(out, data_dir, lane):
+        demo._run([sys.executable, "-c", "import sys; print('the captioner broke'); sys.exit(3)"], lane)
+
+    started = []
+
+    def long_fit(module, config, data_dir, extra, lane):
+        started.append(time.perf_counter())
+        demo._run([sys.executable, "-c", "import time; time.sleep(60)"], lane)
+
+    monkeypatch.setattr(demo, "captioner", failing_captioner)
+    monkeypatch.setattr(demo, "_fit", long_fit)
+    monkeypatch.setattr(demo, "PROGRESS_EVERY_S", 0.2)
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as stopped:
+        demo.train_both(tmp_path / "demo", tmp_path / "data")
+    assert "exit code 3" in str(stopped.value) and "captioner.log" in str(stopped.value)
+    assert "the captioner broke" in capsys.readouterr().out  # the log's tail is shown
+    assert started and time.perf_counter() - start < 30  # the other lane's 60 s command was stopped
 
 
 def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
