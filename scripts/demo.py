@@ -70,6 +70,7 @@ class Lane:
         self.name, self.log, self.max_steps = name, log, max_steps
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.command = "waiting"
+        self.steps_per_epoch = 0
         self.process: subprocess.Popen | None = None
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
@@ -81,11 +82,13 @@ class Lane:
         with self.log.open("rb") as f:
             f.seek(max(0, self.log.stat().st_size - 8192))
             tail = f.read().decode(errors="replace")
-        bars = re.findall(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)", tail)
+        bars = [tuple(map(int, bar)) for bar in re.findall(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)", tail)]
         if not bars:
             return "fit: starting"
-        epoch, done, per_epoch = map(int, bars[-1])
-        return f"fit: step {min(epoch * per_epoch + done, self.max_steps)}/{self.max_steps}"
+        # The last epoch's bar counts only the steps left to max_steps, so an epoch is the longest bar seen.
+        self.steps_per_epoch = max(self.steps_per_epoch, *(total for _, _, total in bars))
+        epoch, done, _ = bars[-1]
+        return f"fit: step {min(epoch * self.steps_per_epoch + done, self.max_steps)}/{self.max_steps}"
 
     def stop(self) -> None:
         """Stop the running command (a training saves its checkpoint on SIGTERM)."""

@@ -195,19 +195,26 @@ class Speller(nn.Module):
         state = self.initial_state(memory)
         layers = self._layer_weights()
         input_gates = self._input_gates(self.embedding(inputs)).unbind(1)  # U x (B, 4H): the characters' shares, all steps at once
-        outputs, alignments, logits = [], [], []
+        outputs, alignments = [], []
         with Recurrence():  # each weight's gradient as one product over all steps
             for i in range(inputs.size(1)):
                 step_input = input_gates[i]
                 if sampling_probability > 0 and i > 0:
                     sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
-                    predicted = self._input_gates(self.embedding(logits[-1].detach().argmax(-1)))  # (B, 4H)
-                    step_input = torch.where(sampled[:, None], predicted, step_input)
+                    if sampled.any():
+                        step_input = torch.where(sampled[:, None], self._predicted_gates(outputs[-1], sampled), step_input)
                 features, state = self._advance(step_input, state, memory, layers)
                 outputs.append(features)
                 alignments.append(state[3])
-                if sampling_probability > 0:  # the next step may need this step's prediction
-                    logits.append(self.output(features))
-        if sampling_probability > 0:
-            return torch.stack(logits, 1), torch.stack(alignments, 1)
         return self.output(torch.stack(outputs, 1)), torch.stack(alignments, 1)  # (B, U, V), (B, U, L)
+
+    def _predicted_gates(self, features: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The first layer's gate shares `(B, 4H)` of the characters the model predicts from the
+        previous step's features `(B, H + D_enc)`, for the ``rows`` `(B,)` that read them (others:
+        those of character 0, unused). The prediction is a choice, not a path for gradients, so
+        only those rows go through the output layer, without a graph; the logits the loss needs
+        come from one product over all steps at the end, as in teacher forcing."""
+        with torch.no_grad():
+            predicted = torch.zeros(features.size(0), dtype=torch.long, device=features.device)
+            predicted[rows] = self.output(features[rows]).argmax(-1)
+        return self._input_gates(self.embedding(predicted))

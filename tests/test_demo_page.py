@@ -125,6 +125,9 @@ def test_a_lane_reads_its_trainings_step_from_the_progress_bar_in_its_log(tmp_pa
     with lane.log.open("a") as log:  # what Lightning's bar writes: carriage returns, one epoch at a time
         log.write("Epoch 1: 100%|##########| 94/94 [00:20<00:00, 4.6it/s]\rEpoch 2:  50%|#####     | 47/94 [00:10<00:10, 4.5it/s, v_num=0]")
     assert lane.progress() == "fit: step 235/1200"
+    with lane.log.open("a") as log:  # the last epoch's bar counts only the steps left
+        log.write("\nEpoch 12: 100%|##########| 72/72 [00:20<00:00, 3.6it/s]`Trainer.fit` stopped: `max_steps=1200` reached.")
+    assert lane.progress() == "fit: step 1200/1200"
     lane.command = "explain"
     assert lane.progress() == "explain"
 

@@ -188,3 +188,27 @@ def test_the_captioner_decoders_training_pass_and_decoding_steps_give_the_same_w
     stepped = torch.stack(stepped, 1)  # (B, T, V)
     expected = torch.cat([stepped[b, : int(n)] for b, n in enumerate(lengths)])
     torch.testing.assert_close(packed.detach(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sampling", [0.5, 1.0])
+def test_scheduled_sampling_feeds_the_rows_it_draws_the_previous_steps_prediction(sampling):
+    # Predictions go through the output layer only for the drawn rows; the logits returned must be
+    # those of a step-by-step decode that reads, in each drawn row, the previous step's argmax.
+    torch.manual_seed(0)
+    speller = Speller(20, 12, 16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5).eval()
+    memory = speller.precompute(torch.randn(4, 11, 12), torch.tensor([11, 9, 6, 3]))
+    inputs = torch.randint(4, 20, (4, 9))
+    with torch.no_grad():
+        torch.manual_seed(1)
+        logits, _ = speller(memory, inputs, sampling_probability=sampling)
+        torch.manual_seed(1)  # the same draws, in the same order
+        tokens, state, expected, drawn = inputs[:, 0], speller.initial_state(memory), [], 0
+        for i in range(inputs.size(1)):
+            if i > 0:
+                sampled = torch.rand(4) < sampling
+                drawn += int(sampled.sum())
+                tokens = torch.where(sampled, expected[-1].argmax(-1), inputs[:, i])
+            log_probs, state, _ = speller.step(tokens, state, memory)
+            expected.append(log_probs)
+    assert drawn > 0 and (sampling == 1.0) == (drawn == 4 * (inputs.size(1) - 1))
+    torch.testing.assert_close(logits.log_softmax(-1), torch.stack(expected, 1), rtol=1e-5, atol=1e-5)
