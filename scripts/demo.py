@@ -246,24 +246,22 @@ def _max_steps(config: str) -> int:
     return int(yaml.safe_load((ROOT / config).read_text())["trainer"]["max_steps"])
 
 
-def prepare_data(data_root: Path) -> None:
-    """The built-in data of both apps, made once (on all cores) and reused."""
-    shapes, synth = data_root / "shapes", data_root / "synth"
-    if not (shapes / "dataset_shapes.json").is_file():
-        _run(_app("show_attend", "prepare", "shapes", "--out", shapes))
+def prepare_speech(data_dir: Path) -> None:
+    """The recognizer's built-in corpus, made once (on all cores: the recognizer's training waits for it)."""
+    if not (data_dir / "test").is_dir():
+        _run(_app("speech_attend", "prepare", "synth", "--out", data_dir))
     else:
-        _say(f"   reusing {shapes}")
-    if not (synth / "test").is_dir():
-        _run(_app("speech_attend", "prepare", "synth", "--out", synth))
-    else:
-        _say(f"   reusing {synth}")
+        _say(f"   reusing {_display(data_dir)}")
 
 
 def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
-    """Train and test the captioner, caption test images with overlays, explain its attention."""
+    """Make the shapes (unless made), train and test the captioner, caption test images with
+    overlays, explain its attention."""
     from shared.evaluation.plots import save_curves
 
     config = CAPTIONER_CONFIG
+    if not (data_dir / "dataset_shapes.json").is_file():  # one process: it fits in the lane's share
+        _run(_app("show_attend", "prepare", "shapes", "--out", data_dir), lane)
     # The captioner's convolutions and products take shorter steps under bf16 autocast where the CPU
     # has bf16 units; the recognizer's LSTMs do not (docs/BENCHMARKS.md), so it stays in float32.
     precision = ("--trainer.precision", "bf16-mixed") if _bf16_is_fast() else ()
@@ -370,10 +368,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(path, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
-    _stage("Built-in data: scenes of shapes for the captioner, sentences spoken by eSpeak NG voices for the recognizer")
-    prepare_data(data_root)
-    _stage(f"Training both at once: the captioner ({CAPTIONER_CONFIG}; then tested with beam search, "
-           f"examples captioned, attention against occlusion) and the recognizer ({RECOGNIZER_CONFIG})")
+    _stage("Built-in speech: sentences spoken by eSpeak NG voices")
+    prepare_speech(data_root / "synth")
+    _stage(f"Both apps at once: the captioner (scenes of shapes made, {CAPTIONER_CONFIG} trained, tested with "
+           f"beam search, examples captioned, attention against occlusion) and the recognizer ({RECOGNIZER_CONFIG})")
     captioned, (speech_run, speech_seconds) = train_both(out, data_root)
     for example in captioned["captions"]:
         _say(f"   {Path(example['image']).name}: {example['caption']}")
