@@ -71,6 +71,7 @@ class Lane:
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.command = "waiting"
         self.steps_per_epoch = 0
+        self.stopped = False
         self.process: subprocess.Popen | None = None
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
@@ -92,6 +93,7 @@ class Lane:
 
     def stop(self) -> None:
         """Stop the running command (a training saves its checkpoint on SIGTERM)."""
+        self.stopped = True
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
 
@@ -122,6 +124,8 @@ def _run(args: list, lane: Lane | None = None) -> None:
         lane.process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=lane.env)
         code = lane.process.wait()
     lane.command = "done"
+    if code != 0 and lane.stopped:
+        raise SystemExit(f"demo: the {lane.name} was stopped")
     if code != 0:
         tail = re.split(r"[\r\n]+", lane.log.read_text(errors="replace").strip())[-12:]
         _say("\n".join(f"   | {line}" for line in tail))
