@@ -117,6 +117,8 @@ def _run(args: list, lane: Lane | None = None) -> None:
         if result.returncode != 0:
             raise SystemExit(f"demo: the step above failed (exit code {result.returncode})")
         return
+    if lane.stopped:  # the other lane failed between this lane's commands
+        raise SystemExit(f"demo: the {lane.name} was stopped")
     lane.command = str(args[3]) if len(args) > 3 else "running"
     with lane.log.open("a") as log:
         log.write(f"$ {_shown(args)}\n")
@@ -138,6 +140,8 @@ def _app(module: str, *args: str) -> list[str]:
 
 def _json_lines(args: list, lane: Lane | None = None) -> list[dict]:
     if lane is not None:
+        if lane.stopped:
+            raise SystemExit(f"demo: the {lane.name} was stopped")
         lane.command = str(args[3])
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=lane.env if lane else None)
     if result.returncode != 0:

@@ -169,3 +169,15 @@ def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
     assert not demo._bf16_is_fast()
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")  # a torch without the probe: no bf16, no error
     assert not demo._bf16_is_fast()
+
+
+def test_a_stopped_lane_starts_no_further_command(tmp_path):
+    # The other lane may fail while this one is between two commands: the next one must not start.
+    import demo
+
+    lane = demo.Lane("captioner", tmp_path / "captioner.log", threads=1, max_steps=10)
+    lane.stop()
+    marker = tmp_path / "ran"
+    with pytest.raises(SystemExit, match="stopped"):
+        demo._run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], lane)
+    assert not marker.exists()
