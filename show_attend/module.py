@@ -186,8 +186,7 @@ class CaptionerModule(AttendModule):
         if encoder_params:
             groups.append({"params": encoder_params, "lr": encoder_lr})
         total = int(self.trainer.estimated_stepping_batches) if self._trainer is not None else 1
-        # fused: one kernel for all parameters instead of a loop over them (on CPU too)
-        return with_schedule(torch.optim.Adam(groups, weight_decay=opt.weight_decay, fused=True), opt, total)
+        return with_schedule(torch.optim.Adam(groups, weight_decay=opt.weight_decay), opt, total)
 
     # ------------------------------------------------------------------ evaluation
 

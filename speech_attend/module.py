@@ -124,9 +124,7 @@ class RecognizerModule(AttendModule):
     def configure_optimizers(self):
         opt = self.optimizer_config
         self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
-        # fused: one kernel for all parameters instead of a loop over them (on CPU too)
-        optimizer = torch.optim.AdamW(self.parameters(), lr=opt.lr, weight_decay=opt.weight_decay, fused=True)
-        return with_schedule(optimizer, opt, self._total_steps)
+        return with_schedule(torch.optim.AdamW(self.parameters(), lr=opt.lr, weight_decay=opt.weight_decay), opt, self._total_steps)
 
     # ------------------------------------------------------------------ loss
 
