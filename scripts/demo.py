@@ -91,6 +91,12 @@ class Lane:
         epoch, done, _ = bars[-1]
         return f"fit: step {min(epoch * self.steps_per_epoch + done, self.max_steps)}/{self.max_steps}"
 
+    def begin(self, command: str) -> None:
+        """Say which command the lane runs next; a stopped lane (the other one failed) starts none."""
+        if self.stopped:
+            raise SystemExit(f"demo: the {self.name} was stopped")
+        self.command = command
+
     def stop(self) -> None:
         """Stop the running command (a training saves its checkpoint on SIGTERM)."""
         self.stopped = True
@@ -117,9 +123,7 @@ def _run(args: list, lane: Lane | None = None) -> None:
         if result.returncode != 0:
             raise SystemExit(f"demo: the step above failed (exit code {result.returncode})")
         return
-    if lane.stopped:  # the other lane failed between this lane's commands
-        raise SystemExit(f"demo: the {lane.name} was stopped")
-    lane.command = str(args[3]) if len(args) > 3 else "running"
+    lane.begin(str(args[3]) if len(args) > 3 else "running")
     with lane.log.open("a") as log:
         log.write(f"$ {_shown(args)}\n")
         log.flush()
@@ -140,9 +144,7 @@ def _app(module: str, *args: str) -> list[str]:
 
 def _json_lines(args: list, lane: Lane | None = None) -> list[dict]:
     if lane is not None:
-        if lane.stopped:
-            raise SystemExit(f"demo: the {lane.name} was stopped")
-        lane.command = str(args[3])
+        lane.begin(str(args[3]))
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=lane.env if lane else None)
     if result.returncode != 0:
         raise SystemExit(f"demo: {' '.join(args[2:])} failed:\n{result.stderr.strip()}")

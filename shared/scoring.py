@@ -88,7 +88,7 @@ class _SigmoidLayerScore(torch.autograd.Function):
             hidden.add_(located, alpha=2)  # + 2 U f
         hidden.sigmoid_()
         ctx.save_for_backward(hidden, v)
-        ctx.shapes = query.shape, keys.shape, None if located is None else located.shape
+        ctx.shapes = query.shape, keys.shape
         ctx.dtypes = query.dtype, keys.dtype, None if located is None else located.dtype
         return (hidden @ (2 * v.t()).to(hidden.dtype)).squeeze(-1)  # (b, T, L)
 
@@ -103,7 +103,7 @@ class _SigmoidLayerScore(torch.autograd.Function):
             return None, None, None, grad_v
         pre = grad.unsqueeze(-1) * (4 * v[0]).to(hidden.dtype)  # (b, T, L, A): one write
         torch.ops.aten.sigmoid_backward.grad_input(pre, hidden, grad_input=pre)  # * s (1 - s), in place
-        (query_shape, keys_shape, located_shape), dtypes = ctx.shapes, ctx.dtypes
+        (query_shape, keys_shape), dtypes = ctx.shapes, ctx.dtypes
         grads = [None, None, None]
         if ctx.needs_input_grad[0]:
             grads[0] = pre.sum_to_size(query_shape[0], query_shape[1], 1, query_shape[2]).squeeze(2).to(dtypes[0])
