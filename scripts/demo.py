@@ -56,43 +56,40 @@ def _stage(title: str) -> None:
 
 
 class Lane:
-    """One app's share of the machine while both train: its commands run on ``cores`` (one
-    thread each) and write to ``log`` instead of the terminal.
+    """One app's share of the machine while both train: its commands run with ``threads``
+    threads each and write to ``log`` instead of the terminal.
 
     Args:
         name (str): the app, as the progress line says it.
         log (Path): where its commands' output goes.
-        cores (set of int): the CPU cores its commands may run on.
+        threads (int): OpenMP threads of its commands.
         max_steps (int): the training's steps, for the progress line.
     """
 
-    def __init__(self, name: str, log: Path, cores: set[int], max_steps: int):
-        self.name, self.log, self.max_steps = name, log, max_steps
-        self.cores = set(cores)
+    def __init__(self, name: str, log: Path, threads: int, max_steps: int):
+        self.name, self.log, self.max_steps, self.threads = name, log, max_steps, threads
+        self.threads_file = log.with_suffix(".threads")  # read by the lane's training at every step
         self.command = "waiting"
         self.steps_per_epoch = 0
         self.stopped = False
         self.process: subprocess.Popen | None = None
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
+        self.threads_file.unlink(missing_ok=True)
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "OMP_NUM_THREADS": str(len(self.cores))}
+        return {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
 
-    def start(self, args: list, **kwargs) -> subprocess.Popen:
-        """Start a command on the lane's cores; it is the lane's running process until the next."""
-        self.process = subprocess.Popen(args, cwd=ROOT, env=self.env, **kwargs)
-        _pin(self.process.pid, self.cores)
-        return self.process
+    def fit_options(self) -> tuple[str, ...]:
+        """What a training in this lane is given so that :meth:`widen` reaches it while it runs."""
+        return ("--trainer.callbacks+=shared.training.threads.ThreadsFromFile", "--trainer.callbacks.path", str(self.threads_file))
 
-    def widen(self, cores: set[int]) -> None:
-        """Give the lane more cores (the other lane is done): its running training takes them at
-        its next step (:class:`~shared.training.threads.ThreadsFollowCores`), later commands from
-        the start."""
-        self.cores = set(cores)
-        if self.process is not None and self.process.poll() is None:
-            _pin(self.process.pid, self.cores)
+    def widen(self, threads: int) -> None:
+        """More threads for the lane (the other one is done): its running training takes them at
+        its next step, its later commands from their start."""
+        self.threads = threads
+        self.threads_file.write_text(f"{threads}\n")
 
     def progress(self) -> str:
         """What the lane is doing: its training's step read from the progress bar in its log."""
@@ -122,15 +119,6 @@ class Lane:
             self.process.terminate()
 
 
-def _pin(pid: int, cores: set[int]) -> None:
-    """Let process ``pid`` (its main thread, and so the threads it starts later) run on ``cores`` only."""
-    if hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(pid, cores)
-        except ProcessLookupError:  # it has just ended
-            pass
-
-
 def _display(path: Path) -> str:
     """A path as short as it can be said: relative to the working folder where it lies under it."""
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
@@ -154,7 +142,8 @@ def _run(args: list, lane: Lane | None = None) -> None:
     with lane.log.open("a") as log:
         log.write(f"$ {_shown(args)}\n")
         log.flush()
-        code = lane.start(args, stdout=log, stderr=subprocess.STDOUT).wait()
+        lane.process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=lane.env)
+        code = lane.process.wait()
     lane.command = "done"
     if code != 0 and lane.stopped:
         raise SystemExit(f"demo: the {lane.name} was stopped")
@@ -169,15 +158,12 @@ def _app(module: str, *args: str) -> list[str]:
 
 
 def _json_lines(args: list, lane: Lane | None = None) -> list[dict]:
-    if lane is None:
-        process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    else:
+    if lane is not None:
         lane.begin(str(args[3]))
-        process = lane.start(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = process.communicate()
-    if process.returncode != 0:
-        raise SystemExit(f"demo: {' '.join(args[2:])} failed:\n{stderr.strip()}")
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=lane.env if lane else None)
+    if result.returncode != 0:
+        raise SystemExit(f"demo: {' '.join(args[2:])} failed:\n{result.stderr.strip()}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
 def _run_dir(config: str) -> Path:
@@ -304,7 +290,8 @@ def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
     # The captioner's convolutions and products take shorter steps under bf16 autocast where the CPU
     # has bf16 units; the recognizer's LSTMs do not (docs/BENCHMARKS.md), so it stays in float32.
     precision = ("--trainer.precision", "bf16-mixed") if _bf16_is_fast() else ()
-    run, seconds = _fit("show_attend", config, data_dir, precision, lane)
+    follow = lane.fit_options() if lane is not None else ()  # the recognizer's cores, should it be done first
+    run, seconds = _fit("show_attend", config, data_dir, (*precision, *follow), lane)
     test = _test("show_attend", config, data_dir, run, precision, lane)
     checkpoint = run / "checkpoints" / "last.ckpt"
 
@@ -373,16 +360,16 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
     """The captioner (fit, test, examples) and the recognizer's fit at the same time, each on half
     the cores, their output in ``<out>/logs``; a progress line for both every half minute. The
     lane done first hands its cores to the other."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 2))
-    half = max(1, len(cores) // 2)
-    lanes = [Lane("captioner", out / "logs" / "captioner.log", set(cores[:half]), _max_steps(CAPTIONER_CONFIG)),
-             Lane("recognizer", out / "logs" / "recognizer.log", set(cores[half:] or cores), _max_steps(RECOGNIZER_CONFIG))]
-    _say(f"   {len(lanes[0].cores)} and {len(lanes[1].cores)} core(s), all of them to the one still training once the "
-         f"other is done; their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+    threads = max(1, cores // 2)
+    lanes = [Lane("captioner", out / "logs" / "captioner.log", threads, _max_steps(CAPTIONER_CONFIG)),
+             Lane("recognizer", out / "logs" / "recognizer.log", threads, _max_steps(RECOGNIZER_CONFIG))]
+    _say(f"   {threads} thread(s) each, all {cores} to the one still training once the other is done; "
+         f"their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}")
     with ThreadPoolExecutor(2) as pool:
         jobs: list[Future] = [
             pool.submit(captioner, out, data_root / "shapes", lanes[0]),
-            pool.submit(_fit, "speech_attend", RECOGNIZER_CONFIG, data_root / "synth", (), lanes[1]),
+            pool.submit(_fit, "speech_attend", RECOGNIZER_CONFIG, data_root / "synth", lanes[1].fit_options(), lanes[1]),
         ]
         pending, next_report = set(jobs), time.perf_counter() + PROGRESS_EVERY_S
         while pending:
@@ -394,7 +381,7 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
                 raise errors[0]
             if finished:
                 for lane in lanes:
-                    lane.widen(set(cores))
+                    lane.widen(cores)
             if pending and time.perf_counter() >= next_report:
                 _say(f"   [{time.perf_counter() - _STARTED:4.0f} s] " + "  |  ".join(f"{lane.name} {lane.progress()}" for lane in lanes))
                 next_report += PROGRESS_EVERY_S

@@ -119,7 +119,7 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
 def test_a_lane_reads_its_trainings_step_from_the_progress_bar_in_its_log(tmp_path):
     import demo
 
-    lane = demo.Lane("captioner", tmp_path / "logs" / "captioner.log", cores={0}, max_steps=1200)
+    lane = demo.Lane("captioner", tmp_path / "logs" / "captioner.log", threads=1, max_steps=1200)
     assert lane.env["OMP_NUM_THREADS"] == "1"
     lane.command = "fit"
     assert lane.progress() == "fit: starting"
@@ -158,33 +158,35 @@ def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp
     assert started and time.perf_counter() - start < 30  # the other lane's 60 s command was stopped
 
 
-def test_each_lane_runs_on_its_own_cores_and_the_one_still_training_gets_all_once_the_other_is_done(tmp_path, monkeypatch):
+def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp_path, monkeypatch):
     import demo
 
-    every_core = os.sched_getaffinity(0)
     seen = {}
 
     def short_captioner(out, data_dir, lane):
-        demo._run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], lane)
-        seen["captioner"] = lane.log.read_text().splitlines()[-1]
+        demo._run([sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"], lane)
 
     def long_fit(module, config, data_dir, extra, lane):
-        # Reports its cores at the start and again once they change (at most 30 s; at once on a one-core machine).
-        probe = ("import os, time\nstart = os.sched_getaffinity(0); print(sorted(start), flush=True)\n"
-                 f"deadline = time.time() + 30\nwhile os.sched_getaffinity(0) == start != {every_core} and time.time() < deadline: time.sleep(0.05)\n"
-                 "print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])")
+        seen["extra"] = extra
+        # Waits (at most 30 s) for the threads file that the training's ThreadsFromFile reads.
+        probe = (f"import os, time\npath = {str(lane.threads_file)!r}\nprint(os.environ['OMP_NUM_THREADS'])\n"
+                 "deadline = time.time() + 30\nwhile not os.path.exists(path) and time.time() < deadline: time.sleep(0.05)\n"
+                 "print(open(path).read().strip() if os.path.exists(path) else 'no file')")
         demo._run([sys.executable, "-c", probe], lane)
         seen["recognizer"] = lane.log.read_text().splitlines()[-2:]
         return "run", 1.0
 
+    stale = tmp_path / "demo" / "logs" / "recognizer.threads"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("7\n")  # a previous run's: must not reach this one
     monkeypatch.setattr(demo, "captioner", short_captioner)
     monkeypatch.setattr(demo, "_fit", long_fit)
     start = time.perf_counter()
     demo.train_both(tmp_path / "demo", tmp_path / "data")
-    halves = sorted(every_core)[: max(1, len(every_core) // 2)], sorted(every_core)[max(1, len(every_core) // 2):] or sorted(every_core)
-    assert seen["captioner"] == str(halves[0])
-    assert seen["recognizer"] == [str(halves[1]), f"{sorted(every_core)} {len(halves[1])}"]
-    assert time.perf_counter() - start < 25  # widened when the captioner was done, not at the probe's deadline
+    cores = len(os.sched_getaffinity(0))
+    assert seen["extra"] == ("--trainer.callbacks+=shared.training.threads.ThreadsFromFile", "--trainer.callbacks.path", str(stale))
+    assert seen["recognizer"] == [str(max(1, cores // 2)), str(cores)]
+    assert time.perf_counter() - start < 25  # handed over when the captioner was done, not at the probe's deadline
 
 
 def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
@@ -205,7 +207,7 @@ def test_a_stopped_lane_starts_no_further_command(tmp_path):
     # The other lane may fail while this one is between two commands: the next one must not start.
     import demo
 
-    lane = demo.Lane("captioner", tmp_path / "captioner.log", cores={0}, max_steps=10)
+    lane = demo.Lane("captioner", tmp_path / "captioner.log", threads=1, max_steps=10)
     lane.stop()
     marker = tmp_path / "ran"
     with pytest.raises(SystemExit, match="stopped"):

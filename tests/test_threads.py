@@ -1,79 +1,54 @@
-"""A training's CPU threads follow the cores it may use (shared.training.threads)."""
+"""A running training's thread count, changed from outside through a file (shared.training.threads)."""
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from shared.training import threads
-from shared.training.threads import ThreadsFollowCores
-
-
-def test_threads_follow_the_allowed_cores_when_they_change_and_stay_as_set_while_they_do_not(monkeypatch):
-    before = torch.get_num_threads()
-    cores = iter([1, 1, 2, 2, 1])
-    monkeypatch.setattr(threads, "allowed_cores", lambda: next(cores))
-    callback = ThreadsFollowCores()
-    try:
-        torch.set_num_threads(1)
-        seen = []
-        for step in range(5):
-            if step == 1:
-                torch.set_num_threads(1)  # the user's choice stands while the cores stay the same
-            callback.on_train_batch_start(None, None, None, step)
-            seen.append(torch.get_num_threads())
-        assert seen == [1, 1, 2, 2, 1]
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_a_run_whose_cores_never_change_keeps_the_threads_it_was_given(monkeypatch):
-    before = torch.get_num_threads()
-    monkeypatch.setattr(threads, "allowed_cores", lambda: 2)
-    callback = ThreadsFollowCores()
-    try:
-        torch.set_num_threads(1)
-        for step in range(3):
-            callback.on_train_batch_start(None, None, None, step)
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+from shared.training.threads import ThreadsFromFile
 
 
 class _ThreadCounter(pl.LightningModule):
-    def __init__(self):
+    """Records torch's thread count at each step and can write the threads file before a given step."""
+
+    def __init__(self, path, writes):
         super().__init__()
         self.layer = torch.nn.Linear(2, 1)
+        self.path, self.writes = path, writes  # {step: text written at the end of that step}
         self.threads = []
 
     def training_step(self, batch, batch_idx):
         self.threads.append(torch.get_num_threads())
+        if batch_idx in self.writes:
+            self.path.write_text(self.writes[batch_idx])
         return self.layer(batch).pow(2).mean()
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def test_a_training_takes_the_cores_it_is_given_while_it_runs(monkeypatch, tmp_path):
-    before = torch.get_num_threads()
-    cores = iter([1, 1, 1, 2, 2, 2])  # widened before the fourth step
-    monkeypatch.setattr(threads, "allowed_cores", lambda: next(cores))
-    model = _ThreadCounter()
-    trainer = pl.Trainer(default_root_dir=tmp_path, max_steps=6, callbacks=[ThreadsFollowCores()], logger=False,
+def _fit(tmp_path, writes, steps=6):
+    path = tmp_path / "run.threads"
+    model = _ThreadCounter(path, writes)
+    trainer = pl.Trainer(default_root_dir=tmp_path, max_steps=steps, callbacks=[ThreadsFromFile(str(path))], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        trainer.fit(model, DataLoader(torch.randn(12, 2), batch_size=2))
-        assert model.threads == [1, 1, 1, 2, 2, 2]
+        trainer.fit(model, DataLoader(torch.randn(2 * steps, 2), batch_size=2))
+        return model.threads
     finally:
         torch.set_num_threads(before)
 
 
-def test_every_apps_training_has_the_callback(monkeypatch):
-    from pytorch_lightning.cli import LightningCLI
+def test_a_running_training_takes_the_threads_written_to_its_file_from_the_next_step(tmp_path):
+    assert _fit(tmp_path, {1: "2\n", 3: "1\n"}) == [1, 1, 2, 2, 1, 1]
 
-    from shared.training.cli import AttendCLI
 
-    given = {}
-    monkeypatch.setattr(LightningCLI, "__init__", lambda self, *args, trainer_defaults, **kwargs: given.update(trainer_defaults))
-    AttendCLI(None, None, [])
-    assert any(isinstance(callback, ThreadsFollowCores) for callback in given["callbacks"])
+def test_no_file_leaves_the_threads_alone(tmp_path):
+    assert _fit(tmp_path, {}) == [1] * 6
+
+
+def test_a_file_without_a_positive_number_is_reported_and_ignored(tmp_path, recwarn):
+    assert _fit(tmp_path, {1: "two\n", 3: "0\n"}) == [1] * 6
+    warned = [str(w.message) for w in recwarn if "run.threads" in str(w.message)]
+    assert len(warned) == 2 and "expected a positive whole number of threads, got 'two'" in warned[0]

@@ -14,8 +14,7 @@ its data module to its model:
   (it must load without pickled code) before Lightning reads it;
 * the callbacks: :class:`~shared.training.checkpoints.RunCheckpoints` (config key
   ``checkpoint``), :class:`~shared.training.guards.SkipBadSamples` (``bad_samples``),
-  :class:`~shared.training.guards.StopOnNonFinite`, :class:`~shared.training.resume.ExactResume`
-  and :class:`~shared.training.threads.ThreadsFollowCores`;
+  :class:`~shared.training.guards.StopOnNonFinite` and :class:`~shared.training.resume.ExactResume`;
 * atomic checkpoint writes, checkpoints loaded with ``weights_only=True``, and none of the
   warnings a user cannot act on.
 """
@@ -37,7 +36,6 @@ from .checkpoints import NAMED_CHECKPOINTS, RunCheckpoints, find_checkpoint, run
 from .guards import SkipBadSamples, StopOnNonFinite
 from .model_files import CheckpointError, safe_torch_load
 from .resume import ExactResume
-from .threads import ThreadsFollowCores
 
 __all__ = ["AttendCLI", "run_lightning"]
 
@@ -69,7 +67,7 @@ class AttendCLI(LightningCLI):
 
     def __init__(self, model_class: type, datamodule_class: type, args: list[str], trainer_defaults: dict | None = None, **kwargs: Any):
         defaults = dict(trainer_defaults or {})
-        defaults["callbacks"] = [StopOnNonFinite(), ExactResume(), ThreadsFollowCores(), *defaults.get("callbacks", [])]
+        defaults["callbacks"] = [StopOnNonFinite(), ExactResume(), *defaults.get("callbacks", [])]
         defaults.setdefault("enable_checkpointing", False)  # RunCheckpoints writes them; Lightning's own would add copies
         super().__init__(
             model_class, datamodule_class, args=args, trainer_defaults=defaults, seed_everything_default=0,

@@ -1,39 +1,54 @@
-"""CPU threads that follow the cores a training may run on.
+"""A running CPU training's thread count, changed from outside.
 
-A training pinned to some of the machine's cores (``taskset``, a container's cpuset, or
-``make demo``, which gives each app one core while both train) starts with one thread per
-pinned core. When its cores are widened while it trains (the demo does so once the other app
-is done), the threads should follow, or the freed cores idle for the rest of the run.
+``make demo`` trains both apps at once, one thread each; when one is done, the other should take
+the freed core for the rest of its run. Torch can change its intra-op threads at any time, but
+only from inside the process: :class:`ThreadsFromFile` reads the wanted count from a file.
+
+(Pinning each training to its cores and widening them later does not work as well: OpenMP
+counts the cores it may use when torch loads, and a run started on one core then spins too
+briefly between parallel regions to gain from a second.)
 """
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 
-__all__ = ["ThreadsFollowCores", "allowed_cores"]
-
-
-def allowed_cores() -> int | None:
-    """How many cores this process may run on, or ``None`` where the system does not say (macOS)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+__all__ = ["ThreadsFromFile"]
 
 
-class ThreadsFollowCores(pl.Callback):
-    """Set torch's intra-op threads to one per allowed core whenever the allowed cores change
-    during training; checked before each training batch (one system call).
+class ThreadsFromFile(pl.Callback):
+    """Before each training batch, if ``path`` has changed since the last look, set torch's
+    intra-op threads to the positive number it holds. No file means no change; a file that does
+    not hold a positive whole number is reported once and ignored.
 
-    A run whose cores never change keeps the threads it was started with, whatever set them
-    (``OMP_NUM_THREADS``, ``torch.set_num_threads``).
+    Args:
+        path (str): a text file, written by whoever hands the run more (or fewer) cores.
+
+    Example::
+
+        speech-attend fit ... --trainer.callbacks+=shared.training.threads.ThreadsFromFile \\
+            --trainer.callbacks.path run.threads
+        echo 2 > run.threads   # from the next step on, two threads
     """
 
-    def __init__(self) -> None:
-        self._cores: int | None = None
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self._seen: tuple[int, int] | None = None  # the file's (modification time, size) last read
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
-        cores = allowed_cores()
-        if self._cores is not None and cores is not None and cores != self._cores:
-            torch.set_num_threads(cores)
-        self._cores = cores
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return
+        if (stat.st_mtime_ns, stat.st_size) == self._seen:
+            return
+        self._seen = stat.st_mtime_ns, stat.st_size
+        text = self.path.read_text().strip()
+        if not text.isdigit() or int(text) < 1:
+            rank_zero_warn(f"{self.path}: expected a positive whole number of threads, got {text!r}; threads left at {torch.get_num_threads()}")
+            return
+        torch.set_num_threads(int(text))
