@@ -379,8 +379,8 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
                 for lane in lanes:
                     lane.stop()
                 raise errors[0]
-            if finished:
-                for lane in lanes:
+            for lane, job in zip(lanes, jobs):
+                if finished and job in pending:
                     lane.widen(cores)
             if pending and time.perf_counter() >= next_report:
                 _say(f"   [{time.perf_counter() - _STARTED:4.0f} s] " + "  |  ".join(f"{lane.name} {lane.progress()}" for lane in lanes))

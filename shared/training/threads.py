@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 __all__ = ["ThreadsFromFile"]
 
@@ -51,4 +51,6 @@ class ThreadsFromFile(pl.Callback):
         if not text.isdigit() or int(text) < 1:
             rank_zero_warn(f"{self.path}: expected a positive whole number of threads, got {text!r}; threads left at {torch.get_num_threads()}")
             return
-        torch.set_num_threads(int(text))
+        if int(text) != torch.get_num_threads():
+            torch.set_num_threads(int(text))
+            rank_zero_info(f"{self.path}: {int(text)} threads from step {trainer.global_step}")
