@@ -9,7 +9,9 @@ runs the apps' own command lines, so what the demo shows is what a user gets.
 The two apps train at the same time, each on half of the CPU cores: neither training uses two
 cores well on its own (the captioner's products are small, the recognizer's two-process DDP
 waits on its exchanges), and the captioner's tests and examples run while the recognizer is
-still training. Their output goes to ``<out>/logs/``; the terminal shows both one's progress.
+still training. Once one lane is done, the other's training takes every core from its next step
+(through a threads file, :class:`~shared.training.threads.ThreadsFromFile`). Their output goes to
+``<out>/logs/``; the terminal shows both one's progress.
 """
 
 from __future__ import annotations

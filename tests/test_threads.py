@@ -52,3 +52,30 @@ def test_a_file_without_a_positive_number_is_reported_and_ignored(tmp_path, recw
     assert _fit(tmp_path, {1: "two\n", 3: "0\n"}) == [1] * 6
     warned = [str(w.message) for w in recwarn if "run.threads" in str(w.message)]
     assert len(warned) == 2 and "expected a positive whole number of threads, got 'two'" in warned[0]
+
+
+def _bench_threads():
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    return importlib.import_module("bench_threads")
+
+
+def test_the_threads_benchmark_reads_an_epochs_seconds_from_the_progress_bar():
+    bench = _bench_threads()
+    log = ("Epoch 0: 100%|##########| 250/250 [00:49<00:00, 5.1it/s]\rEpoch 1:  50%|#####| 125/250 [00:20<00:20]"
+           "\rEpoch 1: 100%|##########| 250/250 [01:04<00:00, 3.9it/s, v_num=0]\rEpoch 2:   0%|")
+    assert bench._epoch_seconds(log, 0) == 49
+    assert bench._epoch_seconds(log, 1) == 64
+    assert bench._epoch_seconds(log, 2) is None
+
+
+def test_the_threads_benchmark_refuses_a_missing_corpus_in_one_line(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as stopped:
+        _bench_threads().main(["--data", str(tmp_path / "nowhere"), "--modes", "one"])
+    assert stopped.value.code == 2
+    assert "no speech corpus" in capsys.readouterr().err
