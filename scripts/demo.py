@@ -91,7 +91,9 @@ class Lane:
         """More threads for the lane (the other one is done): its running training takes them at
         its next step, its later commands from their start."""
         self.threads = threads
-        self.threads_file.write_text(f"{threads}\n")
+        written = self.threads_file.with_suffix(".threads.new")
+        written.write_text(f"{threads}\n")
+        written.replace(self.threads_file)  # whole, so a training never reads it half-written
 
     def progress(self) -> str:
         """What the lane is doing: its training's step read from the progress bar in its log."""
