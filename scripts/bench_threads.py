@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data / "train").is_dir():
         parser.error(f"{args.data}: no speech corpus (expected {args.data}/train); make it with "
                      f"`speech-attend prepare synth --out {args.data}` or `make demo`")
+    if not hasattr(os, "sched_setaffinity"):
+        parser.error("needs Linux: the pinned mode sets which cores a process may use (sched_setaffinity)")
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("this machine lets the process use one core; the comparison needs two")
     with tempfile.TemporaryDirectory(prefix="bench_threads_") as folder:

@@ -54,6 +54,13 @@ def test_a_file_without_a_positive_number_is_reported_and_ignored(tmp_path, recw
     assert len(warned) == 2 and "expected a positive whole number of threads, got 'two'" in warned[0]
 
 
+def test_an_unreadable_threads_file_is_reported_and_the_training_goes_on(tmp_path, recwarn):
+    (tmp_path / "run.threads").mkdir()  # a folder where the file should be
+    assert _fit(tmp_path, {}) == [1] * 6
+    warned = [str(w.message) for w in recwarn if "run.threads" in str(w.message)]
+    assert len(warned) == 1 and "cannot be read as a number of threads (IsADirectoryError)" in warned[0]
+
+
 def _bench_threads():
     import importlib
     import sys

@@ -22,8 +22,8 @@ __all__ = ["ThreadsFromFile"]
 
 class ThreadsFromFile(pl.Callback):
     """Before each training batch, if ``path`` has changed since the last look, set torch's
-    intra-op threads to the positive number it holds. No file means no change; a file that does
-    not hold a positive whole number is reported once and ignored.
+    intra-op threads to the positive number it holds. No file means no change; a file that cannot
+    be read or does not hold a positive whole number is reported once and ignored.
 
     Args:
         path (str): a text file, written by whoever hands the run more (or fewer) cores.
@@ -47,7 +47,11 @@ class ThreadsFromFile(pl.Callback):
         if (stat.st_mtime_ns, stat.st_size) == self._seen:
             return
         self._seen = stat.st_mtime_ns, stat.st_size
-        text = self.path.read_text().strip()
+        try:
+            text = self.path.read_text().strip()
+        except (OSError, UnicodeDecodeError) as error:  # a folder, no permission, binary: the run goes on
+            rank_zero_warn(f"{self.path}: cannot be read as a number of threads ({error.__class__.__name__}); threads left at {torch.get_num_threads()}")
+            return
         if not text.isdigit() or int(text) < 1:
             rank_zero_warn(f"{self.path}: expected a positive whole number of threads, got {text!r}; threads left at {torch.get_num_threads()}")
             return
