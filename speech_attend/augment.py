@@ -12,7 +12,8 @@ in this order:
 4. noise: coloured (white, pink or brown) or babble (the sum of 3 to 7 other utterances of the
    batch), at an SNR measured on the utterance's active speech;
 5. channel: a telephone band (300 to 3400 Hz), or a low sample rate (down to 8 kHz and back);
-6. gain, then scaling down (never clipping) any utterance whose peak would exceed 1.
+6. gain (down to -50 dB: a microphone set far too low) and a constant offset (DC, as cheap sound
+   cards add), then scaling down (never clipping) any utterance whose peak would exceed 1.
 
 Dev and test data never pass through here: :class:`AugmentedCollate` wraps only the training
 loader's collate function. SpecAugment, on the features, stays in :mod:`speech_attend.features`.
@@ -50,7 +51,7 @@ __all__ = [
 _FRAME_SECONDS = 0.01
 _ACTIVE_DB = -40.0  # a frame within 40 dB of the speech level (95th percentile frame) is active speech
 _NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f**beta
-_CHANCES = ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob")
+_CHANCES = ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob", "dc_prob")
 
 
 @dataclass
@@ -74,7 +75,9 @@ class AugmentConfig:
     low_rate_prob: float = 0.1  # chance of a low sample rate (when not telephone band)
     low_rates: tuple[int, ...] = (8000, 11025, 12000)  # Hz, drawn uniformly
     gain_prob: float = 0.5  # chance of a gain change
-    gain_db: tuple[float, float] = (-12.0, 6.0)  # level change
+    gain_db: tuple[float, float] = (-50.0, 6.0)  # level change
+    dc_prob: float = 0.2  # chance of a constant offset
+    dc_offset: tuple[float, float] = (-0.3, 0.3)  # added to every sample, full scale 1.0
     start_step: int = 0  # training steps on clean audio first (the alignment forms faster there)
     ramp_steps: int = 0  # then every chance above grows linearly to its value over this many steps
 
@@ -83,12 +86,14 @@ class AugmentConfig:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
         for name in ("speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds", "direct_to_reverb_db", "snr_db",
-                     "babble_talkers", "telephone_band", "gain_db"):
+                     "babble_talkers", "telephone_band", "gain_db", "dc_offset"):
             low, high = getattr(self, name)
             if low > high:
                 raise ValueError(f"{name} must be (low, high) with low <= high, got {getattr(self, name)}")
         if self.speed_range[0] <= 0 or self.rt60_seconds[0] <= 0 or self.silence_seconds[0] < 0 or self.babble_talkers[0] < 1:
             raise ValueError(f"speed factors and RT60 must be positive, silence >= 0 and babble talkers >= 1, got {self}")
+        if not -1.0 < self.dc_offset[0] and self.dc_offset[1] < 1.0:
+            raise ValueError(f"dc_offset must lie inside (-1, 1), got {self.dc_offset}")
         if not 0 < self.telephone_band[0] < self.telephone_band[1]:
             raise ValueError(f"telephone_band must be (low, high) Hz with 0 < low < high, got {self.telephone_band}")
         if not self.low_rates or any(r <= 0 for r in self.low_rates):
@@ -280,6 +285,8 @@ def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, conf
         wave = low_sample_rate(wave, rate, config.low_rates[_pick(len(config.low_rates), generator)])
     if _chance(config.gain_prob, generator):
         wave = wave * 10 ** (_uniform(config.gain_db, generator) / 20)
+    if _chance(config.dc_prob, generator):
+        wave = wave + _uniform(config.dc_offset, generator)
     wave = torch.nan_to_num(wave, nan=0.0, posinf=0.0, neginf=0.0)
     peak = float(wave.abs().max()) if wave.numel() else 0.0
     return wave / peak if peak > 1.0 else wave  # scaled, not clipped

@@ -119,6 +119,8 @@ def _transcribe(argv: list[str]) -> int:
             print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
             status = 2
             continue
+        for warning in result.warnings:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
         if args.alignment_dir:
             transcriber.save_alignment(result, args.alignment_dir)
         print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else f"{result.audio}: {result.text}", flush=True)

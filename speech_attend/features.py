@@ -1,4 +1,9 @@
-"""Acoustic features: waveform -> 80-d log-mel -> global normalisation -> SpecAugment.
+"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel -> global normalisation -> SpecAugment.
+
+Recordings come with a constant offset (cheap sound cards, some phones) and at any level (a
+microphone's gain set too low). Before the log-mel, each utterance loses its mean (DC) and is
+scaled so that its speech level (the 95th percentile of its 10 ms frame power) sits at
+``level_dbfs``: the features of a clip are then the same at any gain and any offset.
 
 The whole front end lives inside the model, so training, validation and ``transcribe`` share
 one code path, and the feature settings and the training-set statistics travel with every
@@ -19,7 +24,14 @@ from torchaudio.transforms import MelSpectrogram
 
 from shared import lengths_to_mask
 
-__all__ = ["FeatureConfig", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
+__all__ = ["FeatureConfig", "remove_dc", "speech_level", "normalise_level", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
+
+# Models saved before the DC and level steps existed: their configs lack these fields, and they
+# must compute the features they were trained on (see ``FeatureConfig.from_saved``).
+_BEFORE_LEVEL_STEPS = {"remove_dc": False, "level_dbfs": None}
+_LEVEL_FRAME_MS = 10.0  # frames over which the speech level is measured
+_LEVEL_PERCENTILE = 0.95  # loud speech, whatever the share of pauses
+_LEVEL_FLOOR = 1e-10  # frame power (-100 dBFS) below which a waveform is not amplified further
 
 
 @dataclass(frozen=True)
@@ -35,12 +47,23 @@ class FeatureConfig:
     time_masks: int = 2  # SpecAugment time masks per utterance (0 disables)
     time_mask_width: int = 40  # widest time mask, in frames (T of Park et al.)
     time_mask_ratio: float = 0.2  # a time mask covers at most this fraction of the utterance (p)
+    remove_dc: bool = True  # subtract each utterance's mean sample (a constant offset) first
+    level_dbfs: float | None = -20.0  # scale each utterance's speech level to this (None: keep the level)
 
     def __post_init__(self):
         if self.sample_rate <= 0 or self.n_mels <= 0 or self.win_ms <= 0 or self.hop_ms <= 0:
             raise ValueError(f"feature sizes must be positive, got {self}")
         if not 0.0 <= self.time_mask_ratio <= 1.0:
             raise ValueError(f"time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}")
+        if self.level_dbfs is not None and not -60.0 <= self.level_dbfs <= 0.0:
+            raise ValueError(f"level_dbfs must be in [-60, 0] dBFS or None, got {self.level_dbfs}")
+
+    @classmethod
+    def from_saved(cls, saved: dict | None) -> "FeatureConfig":
+        """The config of a saved model; one saved before the DC and level steps keeps them off."""
+        if saved is None:
+            return cls()
+        return cls(**{**_BEFORE_LEVEL_STEPS, **saved})
 
     @property
     def win_length(self) -> int:
@@ -49,6 +72,50 @@ class FeatureConfig:
     @property
     def hop_length(self) -> int:
         return int(round(self.sample_rate * self.hop_ms / 1000))
+
+
+def remove_dc(waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Subtract each waveform's mean over its own samples; padding stays 0.
+
+    Args:
+        waveforms (torch.Tensor): `(B, N)` padded audio.
+        lengths (torch.Tensor): samples per waveform `(B,)`.
+
+    Returns:
+        torch.Tensor: `(B, N)`.
+    """
+    valid = lengths_to_mask(lengths, waveforms.size(1))
+    mean = (waveforms * valid).sum(1, keepdim=True) / lengths.clamp_min(1)[:, None]  # (B, 1)
+    return (waveforms - mean) * valid
+
+
+def speech_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """Each waveform's speech level: the 95th percentile of its 10 ms frame power, `(B,)`.
+
+    A percentile rather than the mean, so leading silence or pauses do not change it; frames
+    are whole frames of the waveform's own samples (one short frame if it has fewer).
+    """
+    hop = max(1, int(sample_rate * _LEVEL_FRAME_MS / 1000))
+    steps = max(1, waveforms.size(1) // hop)
+    padded = nn.functional.pad(waveforms, (0, steps * hop - waveforms.size(1))) if waveforms.size(1) < hop else waveforms
+    power = padded[:, : steps * hop].reshape(waveforms.size(0), steps, -1).float().square().mean(-1)  # (B, F)
+    frames = (lengths // hop).clamp_min(1)
+    power = power.masked_fill(~lengths_to_mask(frames, steps), float("nan"))
+    return torch.nanquantile(power, _LEVEL_PERCENTILE, dim=1)
+
+
+def normalise_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int, level_dbfs: float) -> torch.Tensor:
+    """Scale each waveform so that its :func:`speech_level` is ``level_dbfs`` (RMS, full scale 1.0).
+
+    Waveforms quieter than -100 dBFS (digital silence, rounding noise) get at most the gain
+    that would bring -100 dBFS to the target, not an unbounded one.
+
+    Returns:
+        torch.Tensor: `(B, N)`.
+    """
+    level = speech_level(waveforms, lengths, sample_rate).clamp_min(_LEVEL_FLOOR)  # (B,)
+    gain = torch.sqrt(10 ** (level_dbfs / 10) / level)
+    return waveforms * gain[:, None].to(waveforms.dtype)
 
 
 class LogMel(nn.Module):
@@ -215,6 +282,20 @@ class FeatureFrontend(nn.Module):
     def frame_seconds(self) -> float:
         return self.config.hop_ms / 1000
 
+    def condition(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The waveform steps before the log-mel: DC removal, then the speech level. `(B, N)` -> `(B, N)`."""
+        if self.config.remove_dc:
+            waveforms = remove_dc(waveforms.float(), lengths)
+        if self.config.level_dbfs is not None:
+            waveforms = normalise_level(waveforms.float(), lengths, self.config.sample_rate, self.config.level_dbfs)
+        return waveforms
+
+    def _logmel(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # A non-finite sample is refused by LogMel's check, not spread over the utterance by the steps.
+        if bool(torch.isfinite(waveforms).all()):
+            waveforms = self.condition(waveforms, lengths)
+        return self.logmel(waveforms, lengths)
+
     @torch.no_grad()
     def accumulate_statistics(self, batches) -> int:
         """Compute the global statistics from an iterable of ``(waveforms, lengths)`` batches.
@@ -226,7 +307,7 @@ class FeatureFrontend(nn.Module):
         total_sq = torch.zeros_like(total)
         count = 0
         for waveforms, lengths in batches:
-            features, frames = self.logmel(waveforms.to(self.norm.mean.device), lengths.to(self.norm.mean.device))
+            features, frames = self._logmel(waveforms.to(self.norm.mean.device), lengths.to(self.norm.mean.device))
             valid = features[lengths_to_mask(frames, features.size(1))].double().cpu()  # (frames, D)
             total += valid.sum(0)
             total_sq += (valid**2).sum(0)
@@ -242,6 +323,6 @@ class FeatureFrontend(nn.Module):
         Returns:
             (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames `(B,)`.
         """
-        features, frames = self.logmel(waveforms, lengths)
+        features, frames = self._logmel(waveforms, lengths)
         features = self.norm(features, frames)
         return self.spec_augment(features, frames), frames

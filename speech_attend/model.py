@@ -252,5 +252,7 @@ def build_recognizer(hparams: dict) -> tuple[LAS, Vocabulary, DecodeConfig]:
     if not hparams.get("vocabulary"):
         raise ValueError("the model config has no vocabulary; was it saved by speech-attend?")
     vocabulary = Vocabulary(hparams["vocabulary"])
-    las, features = as_dataclass(LASConfig, hparams.get("las")), as_dataclass(FeatureConfig, hparams.get("features"))
+    features = hparams.get("features")
+    features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
+    las = as_dataclass(LASConfig, hparams.get("las"))
     return LAS(las, features, len(vocabulary)), vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding"))

@@ -89,7 +89,8 @@ class RecognizerModule(AttendModule):
         super().__init__()
         if not vocabulary:
             raise ValueError("the recognizer needs a vocabulary (a list of characters), normally linked from the data module")
-        las, features = as_dataclass(LASConfig, las), as_dataclass(FeatureConfig, features)
+        las = as_dataclass(LASConfig, las)
+        features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
         decoding = as_dataclass(DecodeConfig, decoding)
         if not 0.0 <= ctc_weight <= 1.0 or not 0.0 <= (ctc_weight if ctc_weight_final is None else ctc_weight_final) <= 1.0:
             raise ValueError(f"ctc weights must be in [0, 1], got {ctc_weight} and {ctc_weight_final}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -27,7 +27,7 @@ from .model import build_recognizer
 
 __all__ = [
     "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "export_model",
-    "SILENCE_DBFS", "APP", "SHIPPED_MODEL", "shipped_model",
+    "SILENCE_DBFS", "NO_SIGNAL_DBFS", "QUIET_DBFS", "APP", "SHIPPED_MODEL", "shipped_model",
 ]
 
 APP = "speech-attend"
@@ -54,10 +54,15 @@ PAUSE_DB, SPEECH_DB = -35.0, -40.0
 _MIN_PAUSE_SECONDS = 0.15  # shorter quiet runs (stop closures, breaths within a phrase) are not cut
 _MIN_CHUNK_SECONDS = 0.5  # a shorter piece between two pauses joins the piece before it
 _MIN_TRIM_SECONDS = 0.05  # shorter quiet edges of a chunk are not trimmed
-# A chunk whose loudest 10 ms frame is quieter than this holds no speech (quiet room noise sits
-# near -60 dBFS, speech peaks above -30): it is left empty instead of decoded, because an
-# attention decoder asked to transcribe silence invents words.
-SILENCE_DBFS = -50.0
+# Which chunks hold no speech, so they are left empty instead of decoded (an attention decoder asked
+# to transcribe silence invents words). Decided by levels relative to the file and by the rise and
+# fall of speech, not by one absolute level: the front end hears a clip the same at any gain, so a
+# microphone set 50 dB too low still gives words.
+SILENCE_DBFS = -50.0  # a chunk under this at its loudest 10 ms that is also steady (below) is quiet noise
+NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothing but rounding noise
+QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
+_QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
+_STEADY_DB = 10.0  # frame power spread (10th to 95th percentile) under this is steady noise: speech rises and falls more
 
 
 def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu"):
@@ -203,10 +208,26 @@ def _smoothed_energy(power: torch.Tensor, sample_rate: int) -> torch.Tensor:
     return F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, : power.numel()]
 
 
-def is_silent(waveform: torch.Tensor, sample_rate: int, threshold_dbfs: float = SILENCE_DBFS) -> bool:
-    """Whether the loudest 10 ms frame of ``waveform`` `(N,)` is below ``threshold_dbfs`` (RMS, full scale 1.0)."""
+def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | None = None) -> bool:
+    """Whether ``waveform`` `(N,)` holds no speech.
+
+    It does not when its loudest 10 ms frame (RMS, full scale 1.0) is under ``NO_SIGNAL_DBFS``
+    (nothing there), more than 45 dB under ``reference_dbfs`` (the loudest frame of the file it
+    comes from: a quiet stretch between speech), or under ``SILENCE_DBFS`` while its frame power
+    stays within 10 dB (steady room noise; speech rises and falls by far more).
+    """
     power = _frame_power(waveform, _hop(sample_rate))  # (F,)
-    return 10 * torch.log10(power.max() + 1e-20).item() < threshold_dbfs
+    loudest = _dbfs(power.max())
+    if loudest < NO_SIGNAL_DBFS or (reference_dbfs is not None and loudest < reference_dbfs + _QUIET_STRETCH_DB):
+        return True
+    if loudest >= SILENCE_DBFS:
+        return False
+    low, high = torch.quantile(power, torch.tensor([0.1, 0.95]))
+    return _dbfs(high) - _dbfs(low) < _STEADY_DB
+
+
+def _dbfs(power: torch.Tensor) -> float:
+    return 10 * torch.log10(power + 1e-20).item()
 
 
 def _hop(sample_rate: int) -> int:
@@ -232,6 +253,7 @@ class Transcript:
         alignment (torch.Tensor): `(characters, listener frames)` attention over the whole file:
             each chunk's block where the chunk lies in the audio; the joining spaces have empty rows.
         labels (list[str]): one character per alignment row.
+        warnings (list[str]): what the user should know about this file (too quiet, no speech found).
     """
 
     audio: str
@@ -240,6 +262,7 @@ class Transcript:
     chunks: int
     alignment: torch.Tensor
     labels: list[str]
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"audio": self.audio, "text": self.text, "duration_s": round(self.duration_s, 3), "chunks": self.chunks}
@@ -253,6 +276,7 @@ class _File:
     wave: torch.Tensor  # (N,)
     spans: list[tuple[int, int]]  # chunks, sample ranges
     silent: set[int]  # chunks left empty, not decoded
+    warnings: list[str]  # for the user: too quiet, no speech found
 
     def chunk_samples(self, i: int) -> int:
         return self.spans[i][1] - self.spans[i][0]
@@ -334,8 +358,17 @@ class Transcriber:
             )
         spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds, trim=self.trim)
         spans = _widen_short_chunks(spans, self.model.min_samples(), wave.numel())
-        silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate)}
-        return _File(str(audio_path), wave, spans, silent)
+        loudest = _dbfs(_frame_power(wave, _hop(self.sample_rate)).max())
+        silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate, loudest)}
+        warnings = []
+        if NO_SIGNAL_DBFS <= loudest < QUIET_DBFS:
+            warnings.append(
+                f"{audio_path}: very quiet recording (its loudest 10 ms at {loudest:.0f} dBFS; speech is usually above "
+                "-40 dBFS): the transcript may be wrong or empty; record with more gain"
+            )
+        elif len(silent) == len(spans):
+            warnings.append(f"{audio_path}: no speech found (silence or steady noise); the transcript is empty")
+        return _File(str(audio_path), wave, spans, silent, warnings)
 
     def _decode_group(self, group: list[_File | ValueError]) -> Iterator[Transcript | ValueError]:
         """Decode the spoken chunks of the group's files in batches, then assemble each file's transcript."""
@@ -369,7 +402,8 @@ class Transcriber:
         offsets = [round(start / frame_samples) for start, _ in file.spans]  # each chunk where it starts in the audio
         alignment, labels = _join_alignments(hyps, [frames for _, frames in results], offsets, self.vocabulary)
         duration = file.wave.numel() / self.sample_rate
-        return Transcript(file.path, " ".join(t for t in texts if t), duration, len(file.spans), alignment, labels)
+        text = " ".join(t for t in texts if t)
+        return Transcript(file.path, text, duration, len(file.spans), alignment, labels, file.warnings)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
         """Write ``<out_dir>/<audio file stem>.png``: characters against time."""

@@ -132,7 +132,7 @@ def test_augment_batch_keeps_lengths_exact_and_output_finite_within_one():
     padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
     lengths = torch.tensor([w.numel() for w in waves])
     everything = AugmentConfig(speed_prob=1, silence_prob=1, reverb_prob=1, noise_prob=1, babble_prob=0.5,
-                               telephone_prob=0.3, low_rate_prob=1, gain_prob=1, gain_db=(0.0, 12.0))
+                               telephone_prob=0.3, low_rate_prob=1, gain_prob=1, gain_db=(0.0, 12.0), dc_prob=1)
     for seed in range(2):
         out, new_lengths = augment_batch(padded, lengths, everything, SR, _gen(seed))
         assert out.shape == (5, int(new_lengths.max())) and torch.isfinite(out).all()
@@ -140,7 +140,7 @@ def test_augment_batch_keeps_lengths_exact_and_output_finite_within_one():
         for row, n in zip(out, new_lengths):
             assert n > 0.85 * SR * 0.4 and not row[n:].any()  # padding stays zero
     nothing = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
-                            low_rate_prob=0, gain_prob=0)
+                            low_rate_prob=0, gain_prob=0, dc_prob=0)
     same, same_lengths = augment_batch(padded / 4, lengths, nothing, SR, _gen())
     torch.testing.assert_close(same, padded / 4)
     assert torch.equal(same_lengths, lengths)

@@ -9,11 +9,15 @@ test steps with one record per item (a dict with a unique ``key`` and the item's
 gathers the records of every process (dropping the duplicates a distributed sampler pads
 with), logs ``<stage>/<metric>``, and after ``test`` writes ``test_metrics.json`` and
 ``test_outputs.jsonl`` into the run folder.
+
+Validation during ``fit`` also logs ``val/fit_seconds``, the wall time the run has trained so
+far (a resumed run goes on counting), so runs can be compared at equal time, not equal steps.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +44,13 @@ class AttendModule(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self._records: dict[str, list[dict]] = {}
+        self._fit_seconds_before = 0.0  # wall time of the fit before this process (a resumed run)
+        self._fit_started: float | None = None
+
+    def fit_seconds(self) -> float:
+        """Wall time this run has spent in ``fit``, across resumes."""
+        running = 0.0 if self._fit_started is None else time.monotonic() - self._fit_started
+        return self._fit_seconds_before + running
 
     # ------------------------------------------------------------------ the app's part
 
@@ -99,8 +110,13 @@ class AttendModule(pl.LightningModule):
     def on_test_epoch_start(self) -> None:
         self._records.pop("test", None)
 
+    def on_fit_start(self) -> None:
+        self._fit_started = time.monotonic()
+
     def on_validation_epoch_end(self) -> None:
-        self._finish_evaluation("val")
+        results = self._finish_evaluation("val")
+        if results and self._fit_started is not None and not self.trainer.sanity_checking:
+            self.log("val/fit_seconds", self.fit_seconds(), sync_dist=True)
 
     def on_test_epoch_end(self) -> None:
         self._finish_evaluation("test")
@@ -109,9 +125,11 @@ class AttendModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint.update(model_tag(self.app))
+        checkpoint["fit_seconds"] = self.fit_seconds()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_app_tag(checkpoint, self.app, "--ckpt_path")
+        self._fit_seconds_before = float(checkpoint.get("fit_seconds", 0.0))
         saved = (checkpoint.get("hyper_parameters") or {}).get("vocabulary")
         ours = self.hparams.get("vocabulary")
         if saved is not None and ours is not None and list(saved) != list(ours):

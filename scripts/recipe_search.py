@@ -1,0 +1,178 @@
+"""The recognizer's recipe search: candidates that differ from one base in one thing, at equal wall time.
+
+    python scripts/recipe_search.py [--minutes 20] [--only A,S] [--out outputs/search] [--plot-only]
+
+Each candidate is ``configs/speech_attend/broad_las.yaml`` with a few overrides (``CANDIDATES``).
+Two train at once, one thread each (one core each on a 2-core machine), for ``--minutes`` of wall
+time (``--trainer.max_time``); then ``validate`` scores each one's last checkpoint on the same
+200 dev utterances (held-out sentences and voices) as its validations during training. It writes:
+
+- ``OUT/<name>/``: the run (``version_0/metrics.csv`` with ``val/cer`` and ``val/fit_seconds``);
+- ``OUT/<name>.log``: the run's output;
+- ``OUT/search.json``: per candidate, its throughput (utterances a second per core), its
+  validation CER against wall time, its CER at the end and the slope of its last stretch;
+- ``OUT/search.png``: validation CER against wall time, a line per candidate.
+
+The winner is the lowest CER at equal time, with the slope at the end as the tie-breaker: what a
+longer run of it would give, not what it gives per step. ``--plot-only`` rebuilds the JSON and the
+plot from runs already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "speech_attend" / "broad_las.yaml"
+SPEECH_ATTEND = [sys.executable, "-m", "speech_attend.cli"]
+
+# name -> (what differs from the base, its overrides). The base is broad_las.yaml as written.
+CANDIDATES: dict[str, tuple[str, list[str]]] = {
+    "A": ("base: listener 128, speller 256, attention 64 (the demo's sizes, 1.9 M weights), batch 16", []),
+    "S": ("smaller: listener 96, speller 192, attention 48, embedding 48", [
+        "--model.las.listener_hidden", "96", "--model.las.speller_hidden", "192",
+        "--model.las.attention_dim", "48", "--model.las.embedding_dim", "48"]),
+    "L": ("larger: listener 192, speller 384, attention 96", [
+        "--model.las.listener_hidden", "192", "--model.las.speller_hidden", "384", "--model.las.attention_dim", "96"]),
+    "B32": ("batch 32 (half the updates, twice the utterances each)", ["--data.batch_size", "32"]),
+    "F60": ("60 ms listener frames (3 stacked, not 4)", ["--model.las.input_stack", "3"]),
+    "C0": ("conditions from the first step (no clean start)", [
+        "--data.augment.start_step", "0", "--data.augment.ramp_steps", "0"]),
+    "CTC": ("CTC weight 0.3 throughout (not 0.5 falling to 0.3)", [
+        "--model.ctc_weight", "0.3", "--model.ctc_weight_final", "0.3"]),
+    "NSF": ("no shortest-first epoch", ["--data.curriculum_epochs", "0"]),
+}
+
+
+def _run_dir(out: Path, name: str) -> Path:
+    return out / name / "version_0"
+
+
+def _overrides(name: str, data: Path | None) -> list[str]:
+    return CANDIDATES[name][1] + ([] if data is None else ["--data.data_dir", str(data)])
+
+
+def _train(out: Path, name: str, minutes: float, data: Path | None) -> subprocess.Popen:
+    overrides = _overrides(name, data)
+    log = (out / f"{name}.log").open("a")
+    command = [*SPEECH_ATTEND, "fit", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
+               "--trainer.max_time", _max_time(minutes), "--trainer.enable_progress_bar", "false", *overrides]
+    if (_run_dir(out, name) / "checkpoints" / "last.ckpt").is_file():
+        command += ["--ckpt_path", "last"]  # a search stopped half-way goes on
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _validate(out: Path, name: str, data: Path | None) -> None:
+    """Score the last checkpoint on the validation utterances (appends a val/cer row to metrics.csv)."""
+    with (out / f"{name}.log").open("a") as log:
+        command = [*SPEECH_ATTEND, "validate", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
+                   *_overrides(name, data), "--ckpt_path", str(_run_dir(out, name) / "checkpoints" / "last.ckpt")]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+
+
+def _max_time(minutes: float) -> str:
+    seconds = int(minutes * 60)
+    return f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def summarise(out: Path, name: str) -> dict | None:
+    """A candidate's curve and throughput from its run's metrics.csv and last checkpoint."""
+    run = _run_dir(out, name)
+    if not (run / "metrics.csv").is_file():
+        return None
+    with (run / "metrics.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    curve = [(float(r["val/fit_seconds"]), int(r["step"]), float(r["val/cer"]))
+             for r in rows if r.get("val/cer") and r.get("val/fit_seconds")]
+    final = [float(r["val/cer"]) for r in rows if r.get("val/cer") and not r.get("val/fit_seconds")]
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    seconds, steps = float(ckpt.get("fit_seconds", 0.0)), int(ckpt["global_step"])
+    batch = int(ckpt["datamodule_hyper_parameters"]["batch_size"])
+    if final:  # the score of the last checkpoint, after the time ran out
+        curve.append((seconds, steps, final[-1]))
+    curve.sort()
+    weights = sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames")))
+    slope = None
+    if len(curve) >= 2:  # CER change per 10 minutes over the last stretch (at most the last third of the time)
+        late = [point for point in curve if point[0] >= curve[-1][0] * 2 / 3] or curve[-2:]
+        first, last = (late[0], late[-1]) if len(late) >= 2 else (curve[-2], curve[-1])
+        slope = (last[2] - first[2]) / max(1.0, last[0] - first[0]) * 600
+    return {
+        "name": name, "what": CANDIDATES[name][0], "weights": weights, "steps": steps, "seconds": round(seconds, 1),
+        "utterances_per_second_per_core": round(steps * batch / max(seconds, 1.0), 1),
+        "curve": [{"seconds": round(s, 1), "step": n, "cer": round(c, 4)} for s, n, c in curve],
+        "final_cer": curve[-1][2] if curve else None, "slope_per_10_min": None if slope is None else round(slope, 4),
+    }
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        xs = [p["seconds"] / 60 for p in r["curve"]]
+        ys = [p["cer"] for p in r["curve"]]
+        ax.plot(xs, ys, marker="o", markersize=3, label=f"{r['name']}: {r['what'][:48]}")
+    ax.set_xlabel("wall time, minutes (one core each)")
+    ax.set_ylabel("validation CER (greedy, 200 dev utterances)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("Recipe search at equal wall time (held-out sentences and voices)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=20.0, help="wall time per candidate (default 20)")
+    parser.add_argument("--only", help="comma-separated candidates, in pairs (default: all)")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "search")
+    parser.add_argument("--data", type=Path, default=None, help="corpus folder (default: the config's, data/broad)")
+    parser.add_argument("--plot-only", action="store_true", help="only rebuild search.json and search.png")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(CANDIDATES)
+    unknown = [n for n in names if n not in CANDIDATES]
+    if unknown:
+        print(f"recipe_search: error: unknown candidates {unknown}; expected some of {list(CANDIDATES)}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.plot_only:
+        for first in range(0, len(names), 2):
+            pair = names[first : first + 2]
+            start = time.time()
+            print(f"training {', '.join(pair)} for {args.minutes:g} minutes each", flush=True)
+            running = [_train(args.out, name, args.minutes, args.data) for name in pair]
+            codes = [p.wait() for p in running]
+            if any(codes):
+                print(f"recipe_search: error: training {pair} exited {codes}; see {args.out}/<name>.log", file=sys.stderr)
+                return 1
+            for name in pair:
+                _validate(args.out, name, args.data)
+            print(f"  done in {time.time() - start:.0f} s", flush=True)
+    results = [r for r in (summarise(args.out, name) for name in names) if r]
+    (args.out / "search.json").write_text(json.dumps(results, indent=1) + "\n")
+    plot(results, args.out / "search.png")
+    for r in sorted(results, key=lambda r: (r["final_cer"], r["slope_per_10_min"] or 0)):
+        print(f"{r['name']:>4}  CER {r['final_cer']:.3f} after {r['seconds'] / 60:.1f} min, {r['steps']} steps, "
+              f"{r['utterances_per_second_per_core']} utt/s/core, slope {r['slope_per_10_min']} per 10 min: {r['what']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""Recordings as people make them: a DC offset, a microphone's gain set far too low, steady room
+noise, and a file too quiet to use. The front end must hear the first two as the clean clip;
+the transcriber must tell quiet speech from silence by the file's own levels."""
+
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from shared import Vocabulary
+from shared.training.model_files import export_folder
+from speech_attend.augment import AugmentConfig, augment_batch
+from speech_attend.cli import main as speech_attend
+from speech_attend.features import FeatureConfig, FeatureFrontend, normalise_level, remove_dc, speech_level
+from speech_attend.model import LAS, DecodeConfig, LASConfig, build_recognizer
+from speech_attend.transcribe import APP, Transcriber, is_silent
+
+RATE = 16000
+_LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
+                 embedding_dim=8, attention_dim=8, location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2)
+_CHARS = list("abcdefghijklmnopqrstuvwxyz' ")
+
+
+def _speech(tiny_synth) -> np.ndarray:
+    audio, rate = sf.read(sorted((tiny_synth / "test").rglob("*.flac"))[0])
+    assert rate == RATE
+    return audio
+
+
+def _dbfs_gain(db: float) -> float:
+    return 10 ** (db / 20)
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory):
+    """An untrained recognizer with this front end, exported: whatever it writes depends only on its features."""
+    torch.manual_seed(0)
+    vocabulary = Vocabulary(_CHARS)
+    model = LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), len(vocabulary))
+    hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(_LAS), "features": asdict(model.frontend.config),
+               "decoding": asdict(DecodeConfig(beam_size=2))}
+    return export_folder(tmp_path_factory.mktemp("random_model"), APP, model.state_dict(), hparams)
+
+
+# ----------------------------------------------------------------------------- the front end
+
+
+def test_dc_offset_and_gain_leave_the_features_unchanged(tiny_synth):
+    clean = torch.tensor(_speech(tiny_synth), dtype=torch.float32)[None]
+    lengths = torch.tensor([clean.size(1)])
+    frontend = FeatureFrontend(FeatureConfig(freq_masks=0, time_masks=0)).eval()
+    reference, _ = frontend(clean, lengths)
+    for changed in (0.5 * clean + 0.4, clean + 0.3, clean - 0.3, clean * _dbfs_gain(-20), clean * _dbfs_gain(-50)):
+        features, _ = frontend(changed, lengths)
+        torch.testing.assert_close(features, reference, atol=0.05, rtol=0)
+
+
+def test_dc_removal_and_level_use_only_each_waveforms_own_samples():
+    waves = torch.zeros(2, 4000)
+    waves[0] = torch.sin(torch.arange(4000) / 5.0) * 0.1 + 0.5
+    waves[1, :2000] = torch.sin(torch.arange(2000) / 5.0) * 0.01 - 0.2
+    lengths = torch.tensor([4000, 2000])
+    centred = remove_dc(waves, lengths)
+    assert abs(float(centred[0].mean())) < 1e-4 and abs(float(centred[1, :2000].mean())) < 1e-4
+    assert not centred[1, 2000:].any()  # padding stays zero
+    levelled = normalise_level(centred, lengths, RATE, -20.0)
+    level_db = 10 * torch.log10(speech_level(levelled, lengths, RATE))
+    torch.testing.assert_close(level_db, torch.tensor([-20.0, -20.0]), atol=1e-3, rtol=0)
+    silent = normalise_level(torch.zeros(1, 800), torch.tensor([800]), RATE, -20.0)
+    assert torch.isfinite(silent).all() and not silent.any()  # digital silence stays silence, no NaN
+
+
+def test_models_saved_before_the_level_steps_keep_their_features():
+    assert FeatureConfig().remove_dc and FeatureConfig().level_dbfs == -20.0  # new models have both steps
+    old = FeatureConfig.from_saved({"n_mels": 40})
+    assert not old.remove_dc and old.level_dbfs is None
+    hparams = {"vocabulary": _CHARS, "las": asdict(_LAS), "features": {"n_mels": 80, "freq_masks": 0, "time_masks": 0}}
+    model, _, _ = build_recognizer(hparams)
+    assert not model.frontend.config.remove_dc and model.frontend.config.level_dbfs is None
+    with pytest.raises(ValueError, match="level_dbfs"):
+        FeatureConfig(level_dbfs=12.0)
+
+
+def test_training_conditions_draw_offsets_and_gains_down_to_minus_50_db():
+    config = AugmentConfig()
+    assert config.gain_db[0] == -50.0 and config.dc_offset == (-0.3, 0.3) and config.dc_prob > 0
+    only_dc = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0,
+                            gain_prob=0, dc_prob=1)
+    wave = torch.sin(torch.arange(8000) / 7.0)[None] * 0.1
+    generator = torch.Generator().manual_seed(0)
+    offsets = [float(augment_batch(wave, torch.tensor([8000]), only_dc, RATE, generator)[0].mean()) for _ in range(20)]
+    assert all(-0.3 <= o <= 0.3 for o in offsets) and max(offsets) - min(offsets) > 0.2
+    with pytest.raises(ValueError, match="dc_offset"):
+        AugmentConfig(dc_offset=(-1.5, 0.3))
+
+
+# ----------------------------------------------------------------------------- the transcriber
+
+
+def test_quiet_speech_is_not_silence_but_steady_quiet_noise_is(tiny_synth):
+    speech = torch.tensor(_speech(tiny_synth), dtype=torch.float32)
+    assert not is_silent(speech * _dbfs_gain(-50), RATE)
+    assert not is_silent(speech * _dbfs_gain(-70), RATE)
+    room = torch.randn(3 * RATE, generator=torch.Generator().manual_seed(0)) * _dbfs_gain(-65)
+    assert is_silent(room, RATE)  # steady: no rise and fall of speech
+    assert is_silent(room, RATE, reference_dbfs=-10.0)  # and far under the file's speech
+    assert is_silent(torch.zeros(RATE), RATE)
+    assert is_silent(speech * 1e-7, RATE)  # under -100 dBFS: nothing there
+
+
+def test_offset_and_quiet_recordings_give_the_clean_transcript(random_model, tiny_synth, tmp_path):
+    speech = _speech(tiny_synth)
+    variants = {"clean": speech, "offset": 0.5 * speech + 0.4, "minus_20_db": speech * _dbfs_gain(-20),
+                "minus_50_db": speech * _dbfs_gain(-50)}
+    paths = []
+    for name, audio in variants.items():
+        paths.append(tmp_path / f"{name}.wav")
+        sf.write(paths[-1], audio.astype(np.float32), RATE, subtype="FLOAT")
+    transcriber = Transcriber(random_model)
+    texts = {path.stem: result.text for path, result in zip(paths, transcriber.transcribe_many(paths))}
+    assert texts["clean"] and set(texts.values()) == {texts["clean"]}, texts
+
+
+def test_a_file_too_quiet_to_use_is_named_in_a_warning(random_model, tiny_synth, tmp_path, capsys):
+    quiet = tmp_path / "quiet.wav"
+    sf.write(quiet, (_speech(tiny_synth) * _dbfs_gain(-75)).astype(np.float32), RATE, subtype="FLOAT")
+    room = tmp_path / "room.wav"
+    sf.write(room, np.random.default_rng(0).normal(0, _dbfs_gain(-65), 2 * RATE).astype(np.float32), RATE, subtype="FLOAT")
+    capsys.readouterr()
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), str(quiet), str(room)]) == 0
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    assert str(quiet) in lines[0] and "very quiet recording" in lines[0] and "dBFS" in lines[0]
+    assert str(room) in lines[1] and "no speech found" in lines[1]
+    assert f"{room}: \n" in out or out.rstrip().endswith(f"{room}:")  # no invented words for room noise
