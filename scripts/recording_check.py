@@ -1,0 +1,97 @@
+"""Recordings as people make them: WER of a recognizer with a DC offset and at low levels.
+
+    python scripts/recording_check.py --ckpt CKPT --devsets DIR [--groups espeak_unseen,piper_unseen] [--json]
+
+Each clip of each group (speech never heard in training: ``scripts/speech_devsets.py``) is written
+again as a 16-bit WAV, as a sound card would store it, under each condition:
+
+- ``clean``: as it is;
+- ``dc+0.3`` / ``dc-0.3``: scaled by 0.5, then shifted by a constant +0.3 or -0.3 (full scale 1.0);
+- ``-20 dB`` / ``-40 dB`` / ``-50 dB``: the level lowered (a microphone's gain set too low); at
+  -50 dB the loudest samples are a few hundred steps of the 16-bit scale.
+
+and transcribed with the model's own decoding. Prints WER and CER per group and condition, and
+each condition's WER against the clean one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from eval_speech import groups_of  # noqa: E402
+from shared.evaluation.speech import speech_metrics  # noqa: E402
+from speech_attend.audio import load_audio  # noqa: E402
+from speech_attend.corpora import read_librispeech  # noqa: E402
+from speech_attend.text import normalize_text  # noqa: E402
+from speech_attend.transcribe import Transcriber  # noqa: E402
+
+RATE = 16000
+CONDITIONS = {
+    "clean": lambda x: x,
+    "dc+0.3": lambda x: 0.5 * x + 0.3,
+    "dc-0.3": lambda x: 0.5 * x - 0.3,
+    "-20 dB": lambda x: x * 10 ** (-20 / 20),
+    "-40 dB": lambda x: x * 10 ** (-40 / 20),
+    "-50 dB": lambda x: x * 10 ** (-50 / 20),
+}
+
+
+def check(transcriber: Transcriber, devsets: Path, group: str, work: Path) -> dict[str, dict]:
+    """WER/CER of one group under every condition."""
+    utterances = read_librispeech(devsets, [group])
+    references = [normalize_text(u.text) for u in utterances]
+    waves = [load_audio(u.audio_path, RATE).numpy() for u in utterances]
+    results = {}
+    for name, condition in CONDITIONS.items():
+        folder = work / group / name.replace(" ", "").replace("+", "p").replace("-", "m")
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for i, wave in enumerate(waves):
+            paths.append(folder / f"{i:04d}.wav")
+            sf.write(paths[-1], np.clip(condition(wave), -1.0, 1.0), RATE, subtype="PCM_16")
+        texts = [normalize_text(r.text) if not isinstance(r, ValueError) else "" for r in transcriber.transcribe_many(paths)]
+        results[name] = {"utterances": len(paths), **speech_metrics(references, texts), "empty": sum(not t for t in texts)}
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups (scripts/speech_devsets.py)")
+    parser.add_argument("--groups", default="espeak_unseen,piper_unseen", help="comma-separated groups (default: espeak_unseen,piper_unseen)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object: group -> condition -> results")
+    args = parser.parse_args(argv)
+    try:
+        available = groups_of(args.devsets) if args.devsets.is_dir() else []
+        groups = [g.strip() for g in args.groups.split(",") if g.strip()]
+        missing = [g for g in groups if g not in available]
+        if missing:
+            raise ValueError(f"{args.devsets}: no group(s) {missing}; it has {available}")
+        transcriber = Transcriber(args.ckpt)
+        with tempfile.TemporaryDirectory() as work:
+            results = {group: check(transcriber, args.devsets, group, Path(work)) for group in groups}
+    except (ValueError, RuntimeError, OSError) as err:
+        print(f"recording_check: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    print(f"{'group':<16}{'condition':<10}{'WER':>7}{'CER':>7}{'WER / clean':>13}{'empty':>7}")
+    for group, by_condition in results.items():
+        clean = by_condition["clean"]["wer"]
+        for name, r in by_condition.items():
+            print(f"{group:<16}{name:<10}{r['wer']:>7.3f}{r['cer']:>7.3f}{r['wer'] / max(clean, 1e-9):>13.3f}{r['empty']:>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
