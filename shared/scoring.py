@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import kernels
 from .recurrence import step_linear
 
 __all__ = [
@@ -62,58 +63,6 @@ def _as_steps(query: torch.Tensor) -> tuple[torch.Tensor, bool]:
     raise ValueError(f"query must have shape (B, D) or (B, T, D), got {tuple(query.shape)}")
 
 
-# Elements of the (B, T, L, A) hidden layer of an MLP score built at once: about 4 MB in fp32,
-# so each block stays in cache between its add, its non-linearity and its product with v.
-_HIDDEN_BLOCK = 1 << 20
-
-
-class _SigmoidLayerScore(torch.autograd.Function):
-    """``2 v^T sigmoid(2 (q_t + k_i [+ U f_ti]))`` for one block of queries, `(b, T, L)`, with a
-    backward of its own.
-
-    Autograd's backward of the same operations takes five passes over the `(b, T, L, A)` hidden
-    layer besides the keys' gradient: the outer product of the scores' gradient with ``v`` (a
-    matrix product with an inner size of 1, far below the memory's speed), the sigmoid's
-    derivative, the doubling for the keys, and the reductions. Here the pre-activation gradient
-    ``4 g v * s (1 - s)`` is written once, by a broadcast product and the sigmoid's derivative in
-    place, and handed to every input, reduced over the axes it was broadcast along.
-    """
-
-    @staticmethod
-    def forward(ctx, query, keys, located, v):
-        # query (b or 1, T, A), keys (b or 1, L, A), located (b, T, L, A) or None, v (1, A).
-        # The 2x of tanh x = 2 sigmoid(2x) - 1 rides on the adds (alpha=2, exact in floating point).
-        hidden = torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2)  # 2 (q + k), (b, T, L, A)
-        if located is not None:
-            hidden.add_(located, alpha=2)  # + 2 U f
-        hidden.sigmoid_()
-        ctx.save_for_backward(hidden, v)
-        ctx.shapes = query.shape, keys.shape
-        ctx.dtypes = query.dtype, keys.dtype, None if located is None else located.dtype
-        return (hidden @ (2 * v.t()).to(hidden.dtype)).squeeze(-1)  # (b, T, L)
-
-    @staticmethod
-    def backward(ctx, grad):
-        hidden, v = ctx.saved_tensors  # hidden holds s = sigmoid(2 (q + k [+ U f]))
-        grad = grad.to(hidden.dtype)
-        grad_v = None
-        if ctx.needs_input_grad[3]:
-            grad_v = 2 * (grad.reshape(1, -1) @ hidden.reshape(-1, hidden.size(-1))).to(v.dtype)  # (1, A)
-        if not any(ctx.needs_input_grad[:3]):
-            return None, None, None, grad_v
-        pre = grad.unsqueeze(-1) * (4 * v[0]).to(hidden.dtype)  # (b, T, L, A): one write
-        torch.ops.aten.sigmoid_backward.grad_input(pre, hidden, grad_input=pre)  # * s (1 - s), in place
-        (query_shape, keys_shape), dtypes = ctx.shapes, ctx.dtypes
-        grads = [None, None, None]
-        if ctx.needs_input_grad[0]:
-            grads[0] = pre.sum_to_size(query_shape[0], query_shape[1], 1, query_shape[2]).squeeze(2).to(dtypes[0])
-        if ctx.needs_input_grad[1]:
-            grads[1] = pre.sum_to_size(keys_shape[0], 1, *keys_shape[1:]).squeeze(1).to(dtypes[1])
-        if ctx.needs_input_grad[2]:
-            grads[2] = pre.to(dtypes[2])
-        return (*grads, grad_v)
-
-
 class AdditiveScore(Score):
     """Bahdanau (MLP) score ``e_i = v^T tanh(W_q q + W_k k_i + b)``.
 
@@ -138,15 +87,12 @@ class AdditiveScore(Score):
         return scores.squeeze(1) if squeeze else scores
 
     def _mlp_scores(self, projected_query: torch.Tensor, projected_keys: torch.Tensor, location: torch.Tensor | None = None) -> torch.Tensor:
-        """``v^T tanh(q_t + k_i [+ U f_ti])`` for all queries and keys: `(B, T, L)`.
+        """``e_ti = v^T tanh(q_t + k_i [+ U f_ti])`` for all queries and keys: `(B, T, L)`.
 
-        Computed as ``2 v^T sigmoid(2 x) - sum(v)``, the same function (``tanh x = 2 sigmoid(2x) - 1``):
-        PyTorch's CPU sigmoid is far faster than its tanh (docs/BENCHMARKS.md), and the result
-        differs from the tanh form only by rounding. The hidden layer is built a few sequences
-        at a time and in place, so it is never written to memory whole (beam search scores
-        ``B*K`` queries against ``L`` keys at every step). The blocks are views from one
-        ``split``, whose backward joins their gradients once (slices would each zero a
-        gradient of the whole batch).
+        Bahdanau et al. 2015 eq. (A.1.2), with Chorowski et al. 2015's location term (eq. 9).
+        The plain form below is the reference; where the fused kernel is on
+        (:func:`shared.kernels.fused_enabled`), :func:`shared.kernels.fused_mlp_scores` computes
+        the same function without writing the `(B, T, L, A)` hidden layer whole.
 
         Args:
             projected_query (torch.Tensor): ``W_q q`` `(B, T, A)`.
@@ -154,21 +100,13 @@ class AdditiveScore(Score):
             location (torch.Tensor or None): location features ``f`` `(B, T, L, F)`, projected by
                 ``self.location_proj`` inside the tanh.
         """
-        steps, (length, width) = projected_query.size(1), projected_keys.shape[1:]
-        batch = max(projected_query.size(0), projected_keys.size(0))  # either may broadcast from 1
-        rows = max(1, _HIDDEN_BLOCK // (steps * length * width))
-
-        def blocks(x: torch.Tensor | None) -> list:
-            if x is None or x.size(0) == 1 or rows >= batch:
-                return [x] * -(-batch // rows)
-            return list(x.split(rows))
-
-        v = self.v.weight  # (1, A)
-        scores = []
-        for query, keys, where in zip(blocks(projected_query), blocks(projected_keys), blocks(location)):
-            located = self.location_proj(where) if where is not None else None  # U f, (b, T, L, A)
-            scores.append(_SigmoidLayerScore.apply(query, keys, located, v))  # (b, T, L)
-        return (scores[0] if len(scores) == 1 else torch.cat(scores)) - v.sum()  # (B, T, L)
+        project = getattr(self, "location_proj", None)
+        if kernels.fused_enabled(projected_query.device):
+            return kernels.fused_mlp_scores(projected_query, projected_keys, self.v.weight, location, project)
+        hidden = projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)  # q_t + k_i, (B, T, L, A)
+        if location is not None:
+            hidden = hidden + project(location)  # + U f_ti
+        return self.v(torch.tanh(hidden)).squeeze(-1)  # v^T tanh(.), (B, T, L)
 
 
 class DotScore(Score):

@@ -218,7 +218,7 @@ def test_location_aware_scores_a_block_of_queries_each_with_its_own_alignment():
 
 @pytest.mark.parametrize("kind", ["additive", "location"])
 def test_mlp_scores_built_in_blocks_equal_the_tanh_formula_at_once(kind, monkeypatch):
-    import shared.scoring
+    import shared.kernels
 
     torch.manual_seed(0)
     score = build_score(kind, 8, 6, 5)
@@ -229,13 +229,13 @@ def test_mlp_scores_built_in_blocks_equal_the_tanh_formula_at_once(kind, monkeyp
         location = score.location_conv(prev.reshape(21, 1, 9)).transpose(1, 2).reshape(7, 3, 9, -1)
         hidden = hidden + score.location_proj(location)
     expected = score.v(torch.tanh(hidden)).squeeze(-1)
-    monkeypatch.setattr(shared.scoring, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
+    monkeypatch.setattr(shared.kernels, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
     torch.testing.assert_close(score(query, projected, prev), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["additive", "location"])
 def test_mlp_scores_backward_equals_the_gradients_of_the_tanh_formula(kind, monkeypatch):
-    import shared.scoring
+    import shared.kernels
 
     torch.manual_seed(0)
     score = build_score(kind, 8, 6, 5).double()
@@ -253,7 +253,7 @@ def test_mlp_scores_backward_equals_the_gradients_of_the_tanh_formula(kind, monk
         location = score.location_conv(prev.reshape(21, 1, 9)).transpose(1, 2).reshape(7, 3, 9, -1)
         hidden = hidden + score.location_proj(location)
     expected = gradients(score.v(torch.tanh(hidden)).squeeze(-1))
-    monkeypatch.setattr(shared.scoring, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
+    monkeypatch.setattr(shared.kernels, "_HIDDEN_BLOCK", 2 * 3 * 9 * 5)  # two sequences per block
     for got, want in zip(gradients(score(query, score.precompute(keys), prev)), expected):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
 
@@ -268,3 +268,28 @@ def test_mlp_scores_backward_under_bf16_autocast_gives_finite_gradients_of_each_
     assert scores.dtype == torch.bfloat16
     for tensor in (query, keys, *score.parameters()):
         assert tensor.grad.dtype == torch.float32 and torch.isfinite(tensor.grad).all() and tensor.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["additive", "location"])
+def test_the_fused_mlp_kernel_and_the_plain_formula_give_the_same_values_and_gradients(kind):
+    from shared.kernels import fused_enabled, use_fused
+
+    torch.manual_seed(0)
+    score = build_score(kind, 8, 6, 5).double()
+    query = torch.randn(7, 3, 8, dtype=torch.double, requires_grad=True)
+    keys = torch.randn(7, 9, 6, dtype=torch.double, requires_grad=True)
+    prev = torch.softmax(torch.randn(7, 3, 9, dtype=torch.double), -1).requires_grad_()
+    upstream = torch.randn(7, 3, 9, dtype=torch.double)
+
+    def run(fused: bool):
+        with use_fused(fused):
+            assert fused_enabled() is fused
+            scores = score(query, score.precompute(keys), prev)
+        inputs = [query, keys, *([prev] if kind == "location" else []), *score.parameters()]
+        return scores, torch.autograd.grad((scores * upstream).sum(), inputs)
+
+    (plain, plain_grads), (fused, fused_grads) = run(False), run(True)
+    torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-10)
+    for got, want in zip(fused_grads, plain_grads):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    assert fused_enabled()  # the switch is back on after the block
