@@ -93,25 +93,28 @@ def summarise(out: Path, name: str) -> dict | None:
         return None
     with (run / "metrics.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
-    curve = [(float(r["val/fit_seconds"]), int(r["step"]), float(r["val/cer"]))
+    curve = [(float(r["val/fit_seconds"]), int(r["step"]), float(r["val/cer"]), float(r.get("val/fit_cpu_seconds") or 0))
              for r in rows if r.get("val/cer") and r.get("val/fit_seconds")]
     final = [float(r["val/cer"]) for r in rows if r.get("val/cer") and not r.get("val/fit_seconds")]
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     seconds, steps = float(ckpt.get("fit_seconds", 0.0)), int(ckpt["global_step"])
+    cpu_seconds = float(ckpt.get("fit_cpu_seconds", 0.0))
     batch = int(ckpt["datamodule_hyper_parameters"]["batch_size"])
     if final:  # the score of the last checkpoint, after the time ran out
-        curve.append((seconds, steps, final[-1]))
+        curve.append((seconds, steps, final[-1], cpu_seconds))
     curve.sort()
     weights = sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames")))
     slope = None
     if len(curve) >= 2:  # CER change per 10 minutes over the last stretch (at most the last third of the time)
         late = [point for point in curve if point[0] >= curve[-1][0] * 2 / 3] or curve[-2:]
-        first, last = (late[0], late[-1]) if len(late) >= 2 else (curve[-2], curve[-1])
+        first, last = (late[0], late[-1]) if len(late) >= 2 else (curve[-2], curve[-1])  # (seconds, step, cer, cpu)
         slope = (last[2] - first[2]) / max(1.0, last[0] - first[0]) * 600
     return {
         "name": name, "what": CANDIDATES[name][0], "weights": weights, "steps": steps, "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu_seconds, 1),
         "utterances_per_second_per_core": round(steps * batch / max(seconds, 1.0), 1),
-        "curve": [{"seconds": round(s, 1), "step": n, "cer": round(c, 4)} for s, n, c in curve],
+        "utterances_per_cpu_second": round(steps * batch / max(cpu_seconds, 1.0), 1),
+        "curve": [{"seconds": round(s, 1), "step": n, "cer": round(c, 4), "cpu_seconds": round(u, 1)} for s, n, c, u in curve],
         "final_cer": curve[-1][2] if curve else None, "slope_per_10_min": None if slope is None else round(slope, 4),
     }
 
