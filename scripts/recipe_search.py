@@ -102,7 +102,7 @@ def summarise(out: Path, name: str) -> dict | None:
     batch = int(ckpt["datamodule_hyper_parameters"]["batch_size"])
     if final:  # the score of the last checkpoint, after the time ran out
         curve.append((seconds, steps, final[-1], cpu_seconds))
-    curve.sort()
+    curve = sorted({point[1]: point for point in curve}.values())  # one point per step (a stop's validation and the final score coincide)
     weights = sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames")))
     slope = None
     if len(curve) >= 2:  # CER change per 10 minutes over the last stretch (at most the last third of the time)

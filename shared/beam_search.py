@@ -57,6 +57,8 @@ class Hypothesis:
         normalized_score (float): :func:`length_normalized` ``score``; what hypotheses are ranked by.
         finished (bool): whether the hypothesis ended with ``<eos>``.
         attention (torch.Tensor or None): `(len(tokens), L)`, the weights used for each token.
+        token_scores (list[float] or None): the log-probability of each token (the ``<eos>``
+            not included), as the search scored it; they sum to ``score`` less the ``<eos>``'s.
     """
 
     tokens: list[int]
@@ -64,6 +66,7 @@ class Hypothesis:
     normalized_score: float
     finished: bool
     attention: torch.Tensor | None = None
+    token_scores: list[float] | None = None
 
 
 def length_normalized(score: float, length: int, length_penalty: float) -> float:
@@ -144,6 +147,7 @@ class _BeamSearch:
         self.scores = torch.full((batch_size, beam_size), float("-inf"), device=device)
         self.scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams start distinct
         self.history = torch.empty(batch_size * beam_size, 0, dtype=torch.long, device=device)
+        self.token_scores = torch.empty(batch_size * beam_size, 0, device=device)  # (N, t): each token's log-probability
         self.ended: list[list[_Ended]] = [[] for _ in range(batch_size)]
         self.done = [False] * batch_size
         self.beam_ids = torch.arange(beam_size, device=device)
@@ -157,7 +161,7 @@ class _BeamSearch:
         """Take row ``row`` of the live hypotheses out of the search as one of sequence ``b``'s results."""
         length = self.history.size(1)
         normalized = length_normalized(score, length + int(finished), self.length_penalty)
-        hypothesis = Hypothesis(self.history[row].tolist(), score, normalized, finished)
+        hypothesis = Hypothesis(self.history[row].tolist(), score, normalized, finished, token_scores=self.token_scores[row].tolist())
         recorded_row = row if self.to_recorded is None else int(self.to_recorded[row])
         self.ended[b].append(_Ended(hypothesis, length, recorded_row))
 
@@ -186,6 +190,7 @@ class _BeamSearch:
             in_place = self.memory_is_ours and self.device.type == "cpu"
             self.memory, self.memory_is_ours = _keep_rows(self.memory, kept, in_place), True
         self.scores, self.history = self.scores.index_select(0, kept), self.history.index_select(0, kept_rows)
+        self.token_scores = self.token_scores.index_select(0, kept_rows)
         self.to_recorded = kept_rows
         self.active = [self.active[i] for i in live]
 
@@ -210,6 +215,7 @@ class _BeamSearch:
         top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
         origin_beam, top_tokens = top_ids // vocab, top_ids % vocab
         origin_rows = (torch.arange(n, device=self.device) * K)[:, None] + origin_beam  # (B', 2K) rows of the B'*K batch
+        top_token_scores = top_scores - self.scores.gather(1, origin_beam)  # (B', 2K): the new token's own log-probability
         ends = top_tokens == self.eos
 
         rank = torch.arange(top_ids.size(1), device=self.device)[None, :]
@@ -232,6 +238,7 @@ class _BeamSearch:
         self.state = _select(self.state, state_rows)
         self.expanded = True
         self.history = torch.cat([self.history.index_select(0, rows), self.tokens[:, None]], dim=1)
+        self.token_scores = torch.cat([self.token_scores.index_select(0, rows), top_token_scores.gather(1, pick).view(-1, 1)], dim=1)
         if self.keep_attention and attention is not None:
             self.step_weights.append(attention.index_select(0, state_rows).float())  # (N, L)
             self.parents.append(rows if self.to_recorded is None else self.to_recorded.index_select(0, rows))

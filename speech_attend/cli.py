@@ -3,6 +3,7 @@
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
     speech-attend transcribe [--ckpt CKPT] AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]   (default: the shipped model)
+                             [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR
     speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
@@ -105,26 +106,70 @@ def _transcribe(argv: list[str]) -> int:
     parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
                         help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line: audio, text, duration_s, chunks")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per line: audio, text, duration_s, chunks, segments (times, words, confidence)")
+    parser.add_argument("--output-format", default=None,
+                        help="txt, json, srt, vtt, tsv or all (or several, comma-separated): with --output-dir, the files "
+                             "written per input (default: all); without, what standard output gets (srt, vtt, tsv: one input)")
+    parser.add_argument("--output-dir", default=None, help="write <input name>.<format> here for each input and format")
     args = parser.parse_args(argv)
+    from .subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
     from .transcribe import Transcriber, shipped_model
 
-    transcriber = Transcriber(args.ckpt or shipped_model(), beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
+    formats = parse_formats(args.output_format) if args.output_format else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
+    if args.output_dir:
+        check_output_dir(args.output_dir)  # before any decoding
+        stdout_format = "json" if args.json else "txt"
+    elif len(formats) > 1:
+        raise ValueError(f"--output-format {args.output_format}: several formats are written to files; give --output-dir DIR")
+    elif formats and args.json and formats != ["json"]:
+        raise ValueError(f"--json and --output-format {formats[0]} both choose what standard output gets; give one")
+    else:
+        stdout_format = formats[0] if formats else "json" if args.json else "txt"
     files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
+    if stdout_format in ("srt", "vtt", "tsv") and len(files) > 1:
+        raise ValueError(f"--output-format {stdout_format} on standard output takes one audio file, got {len(files)}; "
+                         "give --output-dir DIR for one file per input")
+    transcriber = Transcriber(args.ckpt or shipped_model(), beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
+    names = output_names(files)  # a/talk.wav and b/talk.wav do not overwrite each other
+    bar = _progress(len(files), hide=stdout_format == "json")
+    say = bar.write if bar is not None else print
     for error in errors:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        say(f"{PROG}: error: {error}", file=sys.stderr)
     status = 2 if errors else 0
-    for result in transcriber.transcribe_many(files):  # the chunks of several files decode together
+    for name, result in zip(names, transcriber.transcribe_many(files)):  # the chunks of several files decode together
+        if bar is not None:
+            bar.update()
         if isinstance(result, ValueError):  # one bad file (AudioError included) does not stop the others
-            print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
+            say(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
             status = 2
             continue
         for warning in result.warnings:
-            print(f"{PROG}: warning: {warning}", file=sys.stderr)
+            say(f"{PROG}: warning: {warning}", file=sys.stderr)
         if args.alignment_dir:
             transcriber.save_alignment(result, args.alignment_dir)
-        print(json.dumps(result.to_json(), ensure_ascii=False) if args.json else f"{result.audio}: {result.text}", flush=True)
+        if args.output_dir:
+            write_outputs(result, args.output_dir, name, formats)
+        if stdout_format == "txt":
+            say(f"{result.audio}: {result.text}", file=sys.stdout)
+        elif stdout_format == "json":
+            say(json.dumps(result.to_json(), ensure_ascii=False), file=sys.stdout)
+        else:
+            say(render(result, stdout_format).rstrip("\n"), file=sys.stdout)
+        sys.stdout.flush()
+    if bar is not None:
+        bar.close()
     return status
+
+
+def _progress(total: int, hide: bool):
+    """A tqdm bar over ``total`` files on standard error when it is a terminal, or ``None`` (one file,
+    JSON on standard output, or standard error piped or redirected)."""
+    if hide or total < 2 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, file=sys.stderr, unit="file", desc="transcribe", leave=False)
 
 
 def _explain(argv: list[str]) -> int:

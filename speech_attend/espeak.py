@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import itertools
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import espeakng_loader
 import numpy as np
 
-__all__ = ["EspeakError", "synthesize", "english_voices", "voice_variants", "ESPEAK_SAMPLE_RATE"]
+__all__ = ["EspeakError", "WordEvent", "synthesize", "synthesize_with_words", "english_voices", "voice_variants", "ESPEAK_SAMPLE_RATE"]
 
 ESPEAK_SAMPLE_RATE = 22050  # what espeak_Initialize returns for every non-MBROLA voice
 
@@ -48,6 +50,30 @@ _EE_OK = 0
 _SynthCallback = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
 )
+_EVENT_LIST_TERMINATED, _EVENT_WORD = 0, 1  # espeak_EVENT_TYPE
+
+
+class _EventId(ctypes.Union):
+    _fields_ = [("number", ctypes.c_int), ("name", ctypes.c_char_p), ("string", ctypes.c_char * 8)]
+
+
+class _Event(ctypes.Structure):
+    """``espeak_EVENT`` of speak_lib.h; ``sample`` is the event's sample index in the output."""
+
+    _fields_ = [
+        ("type", ctypes.c_int), ("unique_identifier", ctypes.c_uint), ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int), ("audio_position", ctypes.c_int), ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p), ("id", _EventId),
+    ]
+
+
+class WordEvent(NamedTuple):
+    """Where eSpeak starts speaking a word: ``text[position : position + length]`` starts at
+    sample ``sample`` of the waveform (``ESPEAK_SAMPLE_RATE``)."""
+
+    position: int  # characters from the start of the text (0-based)
+    length: int  # characters of the word
+    sample: int
 
 
 class EspeakError(RuntimeError):
@@ -61,6 +87,7 @@ class _Engine:
         self.lock = threading.Lock()
         self.lib: ctypes.CDLL | None = None
         self.chunks: list[bytes] = []
+        self.words: list[WordEvent] = []  # the word events of the current call
         # Kept on the instance so the C side never calls a collected Python object.
         self.callback = _SynthCallback(self._on_audio)
         self.libc = ctypes.CDLL(None)
@@ -70,6 +97,12 @@ class _Engine:
     def _on_audio(self, wav, numsamples, events) -> int:
         if numsamples > 0 and wav:
             self.chunks.append(ctypes.string_at(wav, numsamples * ctypes.sizeof(ctypes.c_short)))
+        event = ctypes.cast(events, ctypes.POINTER(_Event)) if events else None
+        for i in itertools.count() if event else ():  # the list ends with an event of type 0
+            if event[i].type == _EVENT_LIST_TERMINATED:
+                break
+            if event[i].type == _EVENT_WORD:  # text_position counts from 1
+                self.words.append(WordEvent(event[i].text_position - 1, event[i].length, event[i].sample))
         return 0
 
     def _unload(self) -> None:
@@ -195,6 +228,26 @@ def synthesize(
         EspeakError: the voice or variant is unknown, or synthesis failed.
         ValueError: an argument is out of range.
     """
+    return synthesize_with_words(text, voice, rate, pitch, volume, seed, pitch_range, word_gap)[0]
+
+
+def synthesize_with_words(
+    text: str,
+    voice: str = "gmw/en",
+    rate: int = 175,
+    pitch: int = 50,
+    volume: int = 100,
+    seed: int = 0,
+    pitch_range: int = 50,
+    word_gap: int = 0,
+) -> tuple[np.ndarray, list[WordEvent]]:
+    """:func:`synthesize`, with where each word starts: the same samples, and eSpeak's word events.
+
+    Returns:
+        (np.ndarray, list[WordEvent]): the int16 waveform `(T,)` at ``ESPEAK_SAMPLE_RATE`` Hz
+        and one event per word eSpeak spoke, in order (a number may be spoken as several words
+        under one event).
+    """
     if not 80 <= rate <= 450:
         raise ValueError(f"rate must be 80 to 450 words per minute, got {rate}")
     if not 0 <= pitch <= 100:
@@ -220,6 +273,7 @@ def synthesize(
         _check(lib.espeak_ng_SetRandSeed(seed), "espeak_ng_SetRandSeed")
         _ENGINE.libc.srand(seed & 0xFFFFFFFF)  # ApplyBreath() draws from libc rand()
         _ENGINE.chunks.clear()
+        _ENGINE.words.clear()
         # size counts the terminating NUL; the synchronous mode returns when all audio is out.
         _check(
             lib.espeak_Synth(encoded, len(encoded) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None),
@@ -227,5 +281,7 @@ def synthesize(
         )
         _check(lib.espeak_Synchronize(), "espeak_Synchronize")
         audio = np.frombuffer(b"".join(_ENGINE.chunks), dtype=np.int16).copy()
+        words = list(_ENGINE.words)
         _ENGINE.chunks.clear()
-    return audio
+        _ENGINE.words.clear()
+    return audio, words

@@ -188,7 +188,8 @@ class LAS(nn.Module):
 
     @torch.no_grad()
     def decode(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None,
+        ctc_posteriors: list | None = None,
     ) -> tuple[list[Hypothesis], torch.Tensor]:
         """Transcribe a batch with the shared batched beam search, then CTC rescoring.
 
@@ -198,10 +199,13 @@ class LAS(nn.Module):
             sos (int): start id. eos (int): end id.
             config (DecodeConfig): search settings.
             beam_size (int or None, optional): overrides ``config.beam_size``.
+            ctc_posteriors (list or None, optional): with a CTC head, each utterance's CTC
+                log-probabilities `(L_b * u, V)` are appended to it (for word times and
+                confidence, :mod:`speech_attend.timing`). (Default: ``None``)
 
         Returns:
             (list[Hypothesis], torch.Tensor): the best hypothesis per utterance (``attention``
-            `(len, L)`) and the listener lengths `(B,)`.
+            `(len, L)`, ``token_scores``) and the listener lengths `(B,)`.
         """
         beam = config.beam_size if beam_size is None else beam_size
         states, encoder_lengths = self.encode(waveforms, lengths)
@@ -213,8 +217,11 @@ class LAS(nn.Module):
                 self.speller.step, self.speller.initial_state(memory), waveforms.size(0), beam, sos, eos, max_len,
                 length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
             )
-        if rescore:
+        if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
             log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)
+            if ctc_posteriors is not None:
+                ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(waveforms.size(0)))
+        if rescore:
             results = [
                 self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config) for b, hyps in enumerate(results)
             ]
@@ -236,7 +243,7 @@ class LAS(nn.Module):
         for hyp, nll in zip(hyps, ctc_nll.tolist()):
             score = (1 - config.ctc_weight) * hyp.score - config.ctc_weight * (nll if math.isfinite(nll) else 1e4)
             normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
-            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention))
+            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, hyp.token_scores))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
 
 

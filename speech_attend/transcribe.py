@@ -24,6 +24,7 @@ from shared.training.model_files import CheckpointError, export_folder, load_mod
 from .audio import load_audio
 from .data import pad_waves
 from .model import build_recognizer
+from .timing import Segment, chunk_segment, no_speech_segment
 
 __all__ = [
     "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "export_model",
@@ -254,6 +255,8 @@ class Transcript:
             each chunk's block where the chunk lies in the audio; the joining spaces have empty rows.
         labels (list[str]): one character per alignment row.
         warnings (list[str]): what the user should know about this file (too quiet, no speech found).
+        segments (list[Segment]): one per chunk, in order: its start and end, words with their
+            times and confidence, or ``no_speech`` (:mod:`speech_attend.timing`).
     """
 
     audio: str
@@ -263,9 +266,11 @@ class Transcript:
     alignment: torch.Tensor
     labels: list[str]
     warnings: list[str] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"audio": self.audio, "text": self.text, "duration_s": round(self.duration_s, 3), "chunks": self.chunks}
+        return {"audio": self.audio, "text": self.text, "duration_s": round(self.duration_s, 3), "chunks": self.chunks,
+                "segments": [segment.to_json() for segment in self.segments]}
 
 
 @dataclass
@@ -375,35 +380,52 @@ class Transcriber:
         files = [(f, file) for f, file in enumerate(group) if isinstance(file, _File)]
         chunks = [(f, i) for f, file in files for i in range(len(file.spans)) if i not in file.silent]
         chunks.sort(key=lambda key: -group[key[0]].chunk_samples(key[1]))  # longest first: batches of similar lengths
-        decoded: dict[tuple[int, int], tuple[Hypothesis, int]] = {}
+        decoded: dict[tuple[int, int], tuple[Hypothesis, int, torch.Tensor | None]] = {}
         for first in range(0, len(chunks), _CHUNKS_PER_BATCH):
             keys = chunks[first : first + _CHUNKS_PER_BATCH]
             batch, lengths = pad_waves([group[f].wave[slice(*group[f].spans[i])] for f, i in keys])
+            ctc: list[torch.Tensor] = []  # (T, V) per chunk, with a CTC head: word times and confidence
             found, frames = self.model.decode(
-                batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding
+                batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding,
+                ctc_posteriors=ctc,
             )
-            decoded.update({key: (hyp, int(n)) for key, hyp, n in zip(keys, found, frames.tolist())})
+            ctc = [c.cpu() for c in ctc] or [None] * len(keys)
+            decoded.update({key: (hyp, int(n), c) for key, hyp, n, c in zip(keys, found, frames.tolist(), ctc)})
         for f, file in enumerate(group):
             if isinstance(file, _File):
                 yield self._assemble(file, {i: result for (g, i), result in decoded.items() if g == f})
             else:
                 yield file
 
-    def _assemble(self, file: _File, decoded: dict[int, tuple[Hypothesis, int]]) -> Transcript:
-        """One file's transcript and alignment from its decoded chunks; silent chunks are empty."""
+    def _assemble(self, file: _File, decoded: dict[int, tuple[Hypothesis, int, torch.Tensor | None]]) -> Transcript:
+        """One file's transcript, alignment and segments from its decoded chunks; silent chunks, and
+        chunks the model hears no speech in, are empty."""
         frame_samples = self.sample_rate * self.model.frame_seconds
         empty = Hypothesis([], 0.0, 0.0, True, None)
-        results = [
-            (empty, max(1, round((b - a) / frame_samples))) if i in file.silent else decoded[i]
-            for i, (a, b) in enumerate(file.spans)
-        ]
+        segments = []
+        results = []
+        for i, (a, b) in enumerate(file.spans):
+            start, end = a / self.sample_rate, b / self.sample_rate
+            if i in file.silent:
+                segments.append(no_speech_segment(start, end))
+                results.append((empty, max(1, round((b - a) / frame_samples))))
+                continue
+            hyp, frames, ctc = decoded[i]
+            text = "".join(self.vocabulary.decode(hyp.tokens))
+            segments.append(chunk_segment(
+                text, hyp.tokens, self.vocabulary.decode(hyp.tokens, strip_specials=False), hyp.token_scores, hyp.attention,
+                frames, ctc, start, end, self.model.frame_seconds, self.model.blank_id,
+            ))
+            results.append((empty if segments[-1].no_speech else hyp, frames))  # no invented text, in the alignment either
         hyps = [hyp for hyp, _ in results]
-        texts = ["".join(self.vocabulary.decode(h.tokens)) for h in hyps]
         offsets = [round(start / frame_samples) for start, _ in file.spans]  # each chunk where it starts in the audio
         alignment, labels = _join_alignments(hyps, [frames for _, frames in results], offsets, self.vocabulary)
         duration = file.wave.numel() / self.sample_rate
-        text = " ".join(t for t in texts if t)
-        return Transcript(file.path, text, duration, len(file.spans), alignment, labels, file.warnings)
+        text = " ".join(s.text for s in segments if s.text)
+        warnings = file.warnings
+        if not text and not warnings and len(file.silent) < len(file.spans):
+            warnings = [*warnings, f"{file.path}: the model heard no speech (no character in its CTC posteriors); the transcript is empty"]
+        return Transcript(file.path, text, duration, len(file.spans), alignment, labels, warnings, segments)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
         """Write ``<out_dir>/<audio file stem>.png``: characters against time."""

@@ -1,0 +1,364 @@
+"""What ``transcribe`` gives people: segment and word times, confidence, no speech, and files in
+the formats they load elsewhere (txt, json, srt, vtt, tsv), checked with real subtitle parsers."""
+
+import html
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import srt
+import torch
+import webvtt
+
+from shared import Vocabulary, beam_search
+from shared.training.model_files import export_folder
+from speech_attend.cli import main as speech_attend
+from speech_attend.espeak import synthesize, synthesize_with_words
+from speech_attend.features import FeatureConfig
+from speech_attend.model import LAS, DecodeConfig, LASConfig
+from speech_attend.subtitles import output_names, parse_formats
+from speech_attend.synth import speak
+from speech_attend.timing import NO_SPEECH_CONFIDENCE, chunk_segment, ctc_forced_align, token_slots
+from speech_attend.transcribe import APP, Transcriber
+
+RATE = 16000
+_CHARS = list("abcdefghijklmnopqrstuvwxyz' ")
+_LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
+                 embedding_dim=8, attention_dim=8, location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2)
+
+
+def _export(folder: Path, las: LASConfig = _LAS, blank_bias: float | None = None) -> Path:
+    """An untrained recognizer, exported; ``blank_bias`` makes its CTC head hear nothing but blanks."""
+    torch.manual_seed(0)
+    vocabulary = Vocabulary(_CHARS)
+    model = LAS(las, FeatureConfig(freq_masks=0, time_masks=0), len(vocabulary))
+    if blank_bias is not None:
+        with torch.no_grad():
+            model.ctc_head.weight.zero_()
+            model.ctc_head.bias.zero_()
+            model.ctc_head.bias[:: len(vocabulary)] = blank_bias  # slot k's blank is entry k * V
+    hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(las), "features": asdict(model.frontend.config),
+               "decoding": asdict(DecodeConfig(beam_size=2, max_chunk_seconds=3.0))}
+    return export_folder(folder, APP, model.state_dict(), hparams)
+
+
+@pytest.fixture(scope="module")
+def random_model(tmp_path_factory):
+    return _export(tmp_path_factory.mktemp("random_model"))
+
+
+_PAUSE = {}  # seconds where the speech file's pause starts and ends
+
+
+@pytest.fixture(scope="module")
+def speech_file(tmp_path_factory) -> Path:
+    """Two phrases with a second of silence between: longer than the model's 3 s chunks, so cut at the pause."""
+    first = speak("the cat sat on the mat", voice="gmw/en-US", rate=160).numpy()
+    second = speak("a dog ran in the park", voice="gmw/en-US", rate=160).numpy()
+    path = tmp_path_factory.mktemp("speech") / "talk.wav"
+    sf.write(path, np.concatenate([first, np.zeros(RATE, dtype=np.float32), second]), RATE)
+    _PAUSE.update(start=first.size / RATE, end=first.size / RATE + 1.0)
+    return path
+
+
+# ----------------------------------------------------------------------------- alignments
+
+
+def test_ctc_forced_align_finds_the_same_path_as_torchaudio():
+    from torchaudio.functional import forced_align
+
+    generator = torch.Generator().manual_seed(0)
+    for tokens in ([3, 5, 5, 7], [4], [2, 2, 2], [6, 3, 6, 3, 9, 9]):
+        log_probs = torch.randn(24, 10, generator=generator).log_softmax(-1)  # (T, V)
+        ours = ctc_forced_align(log_probs, tokens, blank=0)
+        theirs, _ = forced_align(log_probs[None], torch.tensor([tokens], dtype=torch.int32), blank=0)
+        assert torch.equal(ours, theirs[0].long()), tokens
+
+
+def test_ctc_forced_align_is_none_when_the_slots_cannot_hold_the_characters():
+    log_probs = torch.zeros(3, 5).log_softmax(-1)
+    assert ctc_forced_align(log_probs, [2, 2, 3], blank=0) is None  # 3 labels + 1 blank between the repeat > 3 slots
+    assert ctc_forced_align(log_probs, [2, 3, 4], blank=0) is not None
+
+
+def test_token_slots_part_a_repeated_character_at_its_blank():
+    path = torch.tensor([0, 3, 3, 0, 3, 5, 5, 5, 0])
+    assert token_slots(path, blank=0) == [(1, 2), (4, 4), (5, 7)]
+
+
+def _one_hot_ctc(labels: list[int], vocab: int) -> torch.Tensor:
+    """CTC log-probabilities `(T, V)` that all but spell ``labels``, one label per slot."""
+    log_probs = torch.full((len(labels), vocab), -20.0)
+    log_probs[torch.arange(len(labels)), torch.tensor(labels)] = 0.0
+    return log_probs.log_softmax(-1)
+
+
+def test_word_times_come_from_the_attention_peaks_and_from_the_ctc_alignment():
+    # "ab c": characters a=4, b=5, space=6, c=7; listener frames of 0.1 s, two CTC slots each.
+    labels, tokens = ["a", "b", " ", "c"], [4, 5, 6, 7]
+    attention = torch.zeros(4, 10)
+    attention[torch.arange(4), torch.tensor([2, 3, 5, 6])] = 1.0  # a at frame 2, b at 3, space at 5, c at 6
+    ctc = _one_hot_ctc([0, 0, 0, 4, 0, 5, 5, 0, 6, 0, 0, 0, 0, 7, 7, 0, 0, 0, 0, 0], 8)  # (20 slots, V)
+    segment = chunk_segment("ab c", tokens, labels, [-0.1, -0.3, -0.2, -0.4], attention, 10, ctc, 5.0, 6.0, 0.1)
+    a, c = segment.words
+    assert (a.text, c.text) == ("ab", "c")
+    assert a.attention == pytest.approx((5.2, 5.4)) and c.attention == pytest.approx((5.6, 5.7))
+    assert a.ctc == pytest.approx((5.15, 5.35)) and c.ctc == pytest.approx((5.65, 5.75))
+    assert (a.start, a.end) == a.ctc  # the CTC times are the default where there is a CTC head
+    assert a.confidence == pytest.approx(-0.2) and c.confidence == pytest.approx(-0.4)
+    assert segment.confidence == pytest.approx(-0.25)  # the mean over all its characters
+    assert a.ctc_confidence == pytest.approx(0.0, abs=1e-5) and not segment.no_speech
+
+
+def test_attention_word_times_keep_the_characters_in_order():
+    attention = torch.zeros(3, 10)
+    attention[torch.arange(3), torch.tensor([6, 2, 8])] = 1.0  # the middle character's peak jumps back
+    segment = chunk_segment("a bc", [4, 6, 5], ["a", " ", "b"], [-0.1] * 3, attention, 10, None, 0.0, 1.0, 0.1)
+    starts = [w.attention[0] for w in segment.words]
+    assert starts == sorted(starts) and segment.words[0].ctc is None
+
+
+def test_a_chunk_whose_ctc_hears_only_blanks_has_no_words():
+    attention = torch.eye(3, 10)
+    blanks = _one_hot_ctc([0] * 20, 8)
+    segment = chunk_segment("abc", [4, 5, 7], ["a", "b", "c"], [-0.01] * 3, attention, 10, blanks, 0.0, 1.0, 0.1)
+    assert segment.no_speech and segment.words == [] and segment.text == ""
+
+
+def test_without_a_ctc_head_a_chunk_the_speller_is_unsure_of_has_no_words():
+    attention = torch.eye(3, 10)
+    unsure = chunk_segment("abc", [4, 5, 7], ["a", "b", "c"], [NO_SPEECH_CONFIDENCE - 1] * 3, attention, 10, None, 0.0, 1.0, 0.1)
+    sure = chunk_segment("abc", [4, 5, 7], ["a", "b", "c"], [-0.1] * 3, attention, 10, None, 0.0, 1.0, 0.1)
+    assert unsure.no_speech and not unsure.words
+    assert not sure.no_speech and [w.text for w in sure.words] == ["abc"]
+
+
+def test_beam_search_token_scores_are_each_tokens_log_probability():
+    table = torch.randn(6, 6, generator=torch.Generator().manual_seed(1)).log_softmax(-1)  # next token given the last
+
+    def step(tokens, state):
+        return table[tokens], state, None
+
+    for hyp in beam_search(step, torch.zeros(1, 1), 1, 3, sos=0, eos=1, max_len=8, nbest=3)[0]:
+        previous = [0, *hyp.tokens]
+        expected = [float(table[a, b]) for a, b in zip(previous, hyp.tokens)]
+        assert hyp.token_scores == pytest.approx(expected, abs=1e-5)
+        eos = float(table[previous[-1], 1]) if hyp.finished else 0.0
+        assert sum(hyp.token_scores) + eos == pytest.approx(hyp.score, abs=1e-4)
+
+
+# ----------------------------------------------------------------------------- transcribe
+
+
+def test_each_chunk_cut_at_a_pause_gets_its_start_and_end_in_the_file(random_model, speech_file):
+    transcriber = Transcriber(random_model)
+    transcript = transcriber.transcribe(speech_file)
+    wave, _ = sf.read(speech_file)
+    segments = transcript.segments
+    assert len(segments) == transcript.chunks == 2
+    assert 0 <= segments[0].start < segments[0].end < segments[1].start < segments[1].end <= len(wave) / RATE
+    assert segments[0].end <= _PAUSE["start"] + 0.01 and segments[1].start >= _PAUSE["end"] - 0.01  # the pause lies between
+    for segment in segments:
+        for word in segment.words:
+            assert segment.start <= word.start <= word.end <= segment.end
+            assert segment.start <= word.attention[0] <= word.attention[1] <= segment.end
+            assert word.ctc is None or segment.start <= word.ctc[0] <= word.ctc[1] <= segment.end
+
+
+def test_silence_comes_out_as_a_segment_with_no_words(random_model, tmp_path):
+    path = tmp_path / "silence.wav"
+    sf.write(path, np.zeros(2 * RATE, dtype=np.float32), RATE)
+    transcript = Transcriber(random_model).transcribe(path)
+    assert transcript.text == "" and transcript.segments
+    assert all(s.no_speech and s.words == [] and s.text == "" for s in transcript.segments)
+
+
+def test_speech_the_model_scores_as_no_speech_gives_no_invented_text(tmp_path, speech_file):
+    deaf = _export(tmp_path / "deaf", blank_bias=30.0)  # its CTC head hears only blanks
+    transcript = Transcriber(deaf).transcribe(speech_file)
+    assert transcript.text == "" and all(s.no_speech and not s.words for s in transcript.segments)
+    assert any("heard no speech" in w for w in transcript.warnings)
+    assert not transcript.alignment.any()  # no characters in the alignment either
+
+
+def test_a_model_without_ctc_head_still_times_words_from_attention(tmp_path, speech_file, monkeypatch):
+    from dataclasses import replace
+
+    from speech_attend import timing
+
+    monkeypatch.setattr(timing, "NO_SPEECH_CONFIDENCE", -math.inf)  # an untrained speller is unsure of everything
+    model = _export(tmp_path / "no_ctc", replace(_LAS, ctc_upsample=0))
+    segments = Transcriber(model).transcribe(speech_file).segments
+    assert any(s.words for s in segments)
+    for segment in segments:
+        assert segment.ctc_confidence is None
+        assert all(w.ctc is None and (w.start, w.end) == w.attention for w in segment.words)
+
+
+def test_json_keeps_todays_keys_and_gives_segments_words_and_confidence(random_model, speech_file, capsys):
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--json", str(speech_file)]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    result = json.loads(line)
+    assert {"audio", "text", "duration_s", "chunks"} <= set(result)
+    assert len(result["segments"]) == result["chunks"]
+    words = [w for s in result["segments"] for w in s["words"]]
+    assert words, "the random model writes something for speech"
+    assert " ".join(s["text"] for s in result["segments"] if s["text"]) == result["text"]
+    for segment in result["segments"]:
+        assert {"start", "end", "text", "no_speech", "confidence", "ctc_confidence", "words"} <= set(segment)
+        assert segment["no_speech"] or segment["confidence"] <= 0
+    for word in words:  # the same keys for every word; "ctc" is null where the CTC head cannot hold the characters
+        assert set(word) == {"word", "start", "end", "confidence", "attention", "ctc", "ctc_confidence"}
+        assert word["confidence"] <= 0 and (word["ctc"] is None) == (word["ctc_confidence"] is None)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def test_srt_vtt_tsv_txt_and_json_files_hold_the_segments_and_parse(random_model, speech_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-dir", str(out),
+                          "--output-format", "all", "--json", str(speech_file)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in out.iterdir()) == [f"talk.{f}" for f in ("json", "srt", "tsv", "txt", "vtt")]
+    spoken = [s for s in result["segments"] if s["text"]]
+    subtitles = list(srt.parse((out / "talk.srt").read_text()))
+    assert [c.content for c in subtitles] == [s["text"] for s in spoken]
+    assert [c.start.total_seconds() for c in subtitles] == pytest.approx([s["start"] for s in spoken], abs=1e-3)
+    assert [c.end.total_seconds() for c in subtitles] == pytest.approx([s["end"] for s in spoken], abs=1e-3)
+    captions = webvtt.read(str(out / "talk.vtt"))
+    assert [html.unescape(c.text) for c in captions] == [s["text"] for s in spoken]  # "<unk>" is escaped, not markup
+    assert [c.start_time.in_milliseconds() / 1000 for c in captions] == pytest.approx([s["start"] for s in spoken], abs=1e-3)
+    assert [c.end_time.in_milliseconds() / 1000 for c in captions] == pytest.approx([s["end"] for s in spoken], abs=1e-3)
+    rows = (out / "talk.tsv").read_text().splitlines()
+    assert rows[0] == "start\tend\ttext" and [r.split("\t")[2] for r in rows[1:]] == [s["text"] for s in spoken]
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == [round(s["start"] * 1000) for s in spoken]
+    assert (out / "talk.txt").read_text().splitlines() == [s["text"] for s in spoken]
+    assert json.loads((out / "talk.json").read_text()) == result
+
+
+def test_srt_on_standard_output_takes_one_input(random_model, speech_file, capsys):
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-format", "srt", str(speech_file)]) == 0
+    assert list(srt.parse(capsys.readouterr().out))
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-format", "srt", str(speech_file), str(speech_file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--output-dir" in err
+
+
+def test_inputs_with_the_same_name_in_different_folders_do_not_overwrite_each_other(random_model, speech_file, tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    silence = tmp_path / "b" / "talk.wav"
+    sf.write(silence, np.zeros(RATE, dtype=np.float32), RATE)
+    same = tmp_path / "a" / "talk.wav"
+    same.write_bytes(speech_file.read_bytes())
+    out = tmp_path / "out"
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-dir", str(out), "--output-format", "json",
+                          str(same), str(silence)]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == ["a_talk.json", "b_talk.json"]
+    assert json.loads((out / "a_talk.json").read_text())["audio"] == str(same)
+    assert json.loads((out / "b_talk.json").read_text())["audio"] == str(silence)
+    assert output_names(["x/t.wav", "x/t.flac", "t-2.wav"]) == ["t", "t-3", "t-2"]  # what still collides is numbered
+
+
+def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_decoding(tmp_path, speech_file, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    code = speech_attend(["transcribe", "--ckpt", str(tmp_path / "no_model"), "--output-dir", str(blocker / "out"),
+                          str(speech_file)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert str(blocker / "out") in err and "cannot write" in err  # the folder, not the model, which is never loaded
+
+
+def test_an_unknown_output_format_is_one_line_listing_the_formats(speech_file, capsys):
+    assert speech_attend(["transcribe", "--output-format", "docx", str(speech_file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'docx'" in err
+    assert all(name in err for name in ("txt", "json", "srt", "vtt", "tsv", "all"))
+    assert parse_formats("srt, VTT") == ["srt", "vtt"] and parse_formats("all") == ["txt", "json", "srt", "vtt", "tsv"]
+
+
+@pytest.mark.parametrize("terminal, json_out, shown", [(True, False, True), (False, False, False), (True, True, False)])
+def test_a_progress_bar_shows_on_a_terminal_only_and_never_with_json(random_model, speech_file, capsys, monkeypatch,
+                                                                   terminal, json_out, shown):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    args = ["transcribe", "--ckpt", str(random_model), str(speech_file), str(speech_file)] + (["--json"] if json_out else [])
+    assert speech_attend(args) == 0
+    captured = capsys.readouterr()
+    assert ("transcribe" in captured.err and "/2 [" in captured.err) == shown
+    assert len(captured.out.splitlines()) == 2  # the results themselves, unchanged
+    if json_out:
+        assert all(json.loads(line) for line in captured.out.splitlines())
+
+
+# ----------------------------------------------------------------------------- measuring against the truth
+
+
+def test_espeak_word_events_leave_the_audio_as_it_was_and_start_each_word_in_order():
+    text = "the quick brown fox jumped"
+    audio, words = synthesize_with_words(text, "gmw/en-US+f3", rate=150, seed=3)
+    assert np.array_equal(audio, synthesize(text, "gmw/en-US+f3", rate=150, seed=3))
+    assert [text[w.position : w.position + w.length] for w in words] == text.split()
+    samples = [w.sample for w in words]
+    assert samples == sorted(samples) and samples[-1] < audio.size
+    assert 0.15 < samples[-1] / audio.size < 0.95  # the last word starts well inside the speech
+
+
+def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp_path, capsys):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import timing_check
+
+    from speech_attend import synth
+
+    jobs, _ = synth._plan(tmp_path, {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",))  # wordnet: the same, slower
+    assert jobs[0].speaker.split == "dev"
+    utterance = timing_check.speak_with_times(jobs[0])
+    rate, pitch, volume, seed, pitch_range, word_gap = jobs[0].params
+    corpus = speak(jobs[0].text, jobs[0].speaker.espeak_name, rate, pitch, volume, seed, pitch_range=pitch_range, word_gap=word_gap)
+    assert np.array_equal(utterance.wave, corpus.numpy())  # the clip the corpus would write
+    starts = [s for _, s in utterance.words if s is not None]
+    assert starts == sorted(starts) and abs(starts[0] - utterance.onset) < 0.1  # the first word starts with the speech
+
+    report = tmp_path / "timing.json"
+    assert timing_check.main(["--ckpt", str(random_model), "--files", "1", "--per-file", "2", "--text", "templates",
+                              "--json", str(report)]) == 0
+    results = json.loads(report.read_text())
+    assert results["utterances"] == 2 and results["true_words"] > 0
+    assert results["segment_start"]["n"] == 2 and results["segment_start"]["median_abs_s"] < 0.25
+    assert results["word_start_attention_with_substitutions"]["n"] > 0
+    assert "segment start" in capsys.readouterr().out
+
+
+def test_timing_check_scores_times_against_the_truth():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import timing_check
+
+    from speech_attend.timing import Segment, Word
+
+    first = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("the", 0.2), ("cat", 0.5)])
+    second = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("a", 0.2)])
+    clip = timing_check.Clip(Path("x.flac"), [0.0, 2.0], [first, second])
+    words = [Word("the", 0.25, 0.4, -0.1, (0.25, 0.4), (0.3, 0.4)), Word("cat", 0.5, 0.7, -0.1, (0.5, 0.7), (0.6, 0.7)),
+             Word("dog", 2.5, 2.7, -0.1, (2.9, 3.0), (2.55, 2.7))]
+    segments = [Segment(0.2, 1.0, "the cat", words[:2]), Segment(2.1, 3.0, "dog", words[2:])]
+    transcript = type("T", (), {"segments": segments})()
+    results = timing_check.score([clip], [transcript])
+    assert results["segment_start"]["n"] == 2 and results["segment_start"]["median_abs_s"] == pytest.approx(0.05)
+    assert results["matched_words"] == 2  # "the", "cat"; "dog" is a substitution for "a"
+    assert results["word_start_attention"]["median_abs_s"] == pytest.approx(0.025)
+    assert results["word_start_ctc"]["median_abs_s"] == pytest.approx(0.1)
+    assert results["word_start_ctc_with_substitutions"]["n"] == 3
+    assert results["no_speech_rate"] == 0.0
+    assert results["word_start_attention_with_substitutions"]["p90_abs_s"] == pytest.approx(np.percentile([0.05, 0.0, 0.7], 90))
