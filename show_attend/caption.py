@@ -13,24 +13,39 @@ where training found it, or at ``encoder_weights``. No Lightning here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
-from shared import Vocabulary
+from shared import Hypothesis, Vocabulary
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
 from .data import ImageError, image_transform, load_image
 from .encoder import restore_omitted_weights
 from .model import Captioner, CaptionerConfig
 
-__all__ = ["CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "APP"]
+__all__ = ["Beam", "CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "APP"]
 
 APP = "show-attend"
 _OVERLAY_SIDE = 256  # overlays are drawn on the image scaled to at most this many pixels a side
+
+
+@dataclass
+class Beam:
+    """One caption the beam search ended with.
+
+    Attributes:
+        tokens (list of str): its words.
+        attention (torch.Tensor): one map per word `(T, gh, gw)`.
+        score (float): its length-normalised log-probability, what the beams are ranked by.
+    """
+
+    tokens: list[str]
+    attention: torch.Tensor
+    score: float
 
 
 @dataclass
@@ -41,11 +56,15 @@ class CaptionResult:
         image (Path): the file.
         tokens (list of str): the caption's words.
         attention (torch.Tensor): one map per word `(T, gh, gw)`.
+        score (float): the caption's length-normalised log-probability (NaN when not known).
+        others (list of Beam): the beam's next best captions, best first (with ``nbest`` > 1).
     """
 
     image: Path
     tokens: list[str]
     attention: torch.Tensor
+    score: float = float("nan")
+    others: list[Beam] = field(default_factory=list)
 
     @property
     def caption(self) -> str:
@@ -95,12 +114,14 @@ def caption_files(
     beam_size: int | None = None,
     max_length: int | None = None,
     batch_size: int = 16,
+    nbest: int = 1,
 ) -> Iterator[CaptionResult | ImageError]:
     """Caption image files with batched beam search, in order, a batch at a time.
 
     Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
     the file could not be read (the other files are captioned all the same). Only one batch of
-    images is in memory at a time.
+    images is in memory at a time. With ``nbest`` > 1 each result also holds the beam's next
+    ``nbest - 1`` captions (``others``); the best is the same either way.
     """
     transform = image_transform(model.config.image_size)
     device = next(model.parameters()).device
@@ -116,11 +137,16 @@ def caption_files(
         captions: dict[int, CaptionResult] = {}
         if good:
             batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
-            for i, hyp in zip(good, model.generate(model.encode(batch), beam_size, max_length)):
-                attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
-                captions[i] = CaptionResult(Path(chunk[i]), model.vocabulary.decode(hyp.tokens), attention)
+            for i, hyps in zip(good, model.generate_nbest(model.encode(batch), nbest, beam_size, max_length)):
+                best, *others = [_beam(model, hyp) for hyp in hyps]
+                captions[i] = CaptionResult(Path(chunk[i]), best.tokens, best.attention, best.score, others)
         for i in range(len(chunk)):
             yield captions.get(i, loaded[i])
+
+
+def _beam(model: Captioner, hyp: Hypothesis) -> Beam:
+    attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
+    return Beam(model.vocabulary.decode(hyp.tokens), attention, hyp.normalized_score)
 
 
 def caption_images(

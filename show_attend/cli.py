@@ -2,7 +2,7 @@
 
     show-attend fit|validate|test --config configs/show_attend/shapes_soft.yaml [--data.data_dir DIR] ...
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
-    show-attend caption [--ckpt CKPT_OR_EXPORTED_DIR] IMAGE... [--beam-size 5] [--overlay-dir DIR] [--json]
+    show-attend caption [--ckpt CKPT_OR_EXPORTED_DIR] IMAGE... [--beam-size 5] [--overlay-dir DIR] [--html DIR] [--json]
     show-attend export --ckpt CKPT --out DIR [--include-encoder]
     show-attend explain --ckpt CKPT IMAGE... --out DIR [--pixels]
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 import pytorch_lightning as pl
+from tqdm import tqdm
 
 from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
@@ -87,6 +88,8 @@ def _caption(args: list[str]) -> int:
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 5 unless trained otherwise)")
     parser.add_argument("--max-length", type=int, default=None, help="most words per caption (default: the model's)")
     parser.add_argument("--overlay-dir", default=None, help="write one PNG per image: each word with its attention map")
+    parser.add_argument("--html", default=None, metavar="DIR",
+                        help="write DIR/index.html: every image with its caption, each word's attention on hover or click, the beam's other captions")
     parser.add_argument("--json", action="store_true", help="one JSON object per line: image, caption, tokens, overlay")
     parser.add_argument("--encoder-weights", default=None,
                         help="the encoder's pretrained weights file, for a model that leaves them out (default: where training found it)")
@@ -96,6 +99,9 @@ def _caption(args: list[str]) -> int:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
     if options.max_length is not None and options.max_length < 1:
         raise ValueError(f"--max-length must be >= 1, got {options.max_length}")
+    for option, folder in (("--overlay-dir", options.overlay_dir), ("--html", options.html)):
+        if folder is not None:
+            _writable_folder(folder, option)  # before the model loads and anything is decoded
     from .caption import caption_files, load_captioner, save_overlay
 
     model = load_captioner(options.ckpt, options.device, options.encoder_weights)
@@ -104,23 +110,54 @@ def _caption(args: list[str]) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     used: set[str] = set()
     status = 2 if errors else 0
-    for result in caption_files(model, images, options.beam_size, options.max_length):
-        if isinstance(result, Exception):  # one bad file does not stop the others
-            print(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
-            status = 2
-            continue
-        overlay = None
-        if options.overlay_dir:
-            name = result.image.stem
-            while name in used:  # same file name from two folders: keep both
-                name += "_"
-            used.add(name)
-            overlay = str(save_overlay(result, Path(options.overlay_dir) / f"{name}.png"))
-        if options.json:
-            print(json.dumps({"image": str(result.image), "caption": result.caption, "tokens": result.tokens, "overlay": overlay}), flush=True)
-        else:
-            print(f"{result.image}: {result.caption}" + (f"  [{overlay}]" if overlay else ""), flush=True)
+    captioned = []  # for the page
+    nbest = (options.beam_size or model.config.beam_size) if options.html else 1
+    # a bar for a person at a terminal; never inside --json output or a log file
+    with tqdm(total=len(images), desc="caption", unit="image", file=sys.stderr,
+              disable=options.json or not sys.stderr.isatty() or len(images) < 2) as bar:
+        say = bar.write if not bar.disable else print  # bar.write keeps the bar below the lines
+        for result in caption_files(model, images, options.beam_size, options.max_length, nbest=nbest):
+            bar.update()
+            if isinstance(result, Exception):  # one bad file does not stop the others
+                say(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
+                status = 2
+                continue
+            overlay = None
+            if options.overlay_dir:
+                name = result.image.stem
+                while name in used:  # same file name from two folders: keep both
+                    name += "_"
+                used.add(name)
+                overlay = str(save_overlay(result, Path(options.overlay_dir) / f"{name}.png"))
+            if options.html:
+                captioned.append(result)
+            if options.json:
+                say(json.dumps({"image": str(result.image), "caption": result.caption, "tokens": result.tokens, "overlay": overlay}), file=sys.stdout)
+            else:
+                say(f"{result.image}: {result.caption}" + (f"  [{overlay}]" if overlay else ""), file=sys.stdout)
+            sys.stdout.flush()
+    if options.html:
+        from .gallery import write_gallery
+
+        print(f"wrote {write_gallery(captioned, options.html, f'Captions by {options.ckpt}')}", file=sys.stderr)
     return status
+
+
+def _writable_folder(path: str, option: str) -> None:
+    """Make the output folder ``path`` and check a file can be written in it.
+
+    Raises:
+        ValueError: one line naming ``option``, the folder and why it cannot be written.
+    """
+    folder = Path(path)
+    probe = folder / ".show-attend-write-test"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror.lower() if err.strerror else type(err).__name__
+        raise ValueError(f"{option} {folder}: not a folder that can be written ({reason})") from None
 
 
 def _explain(args: list[str]) -> int:

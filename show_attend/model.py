@@ -105,11 +105,29 @@ class Captioner(nn.Module):
             list of Hypothesis: one per image, at most ``max_length`` words; ``attention`` is
             `(len(tokens), L)`.
         """
+        return [hyps[0] for hyps in self.generate_nbest(features, 1, beam_size, max_length)]
+
+    @torch.no_grad()
+    def generate_nbest(
+        self, features: torch.Tensor, nbest: int, beam_size: int | None = None, max_length: int | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The ``nbest`` best captions of each image from one batched beam search, best first
+        (the first is :meth:`generate`'s).
+
+        Args:
+            features (torch.Tensor): annotation vectors `(B, L, D)`.
+            nbest (int): captions per image, at most the beam size (fewer when fewer ended).
+            beam_size (int or None): beams; the config's when ``None``.
+            max_length (int or None): most words; the config's ``max_decode_length`` when ``None``.
+
+        Returns:
+            list of list of Hypothesis: per image, its captions ranked by length-normalised
+            score; each ``attention`` is `(len(tokens), L)`.
+        """
         beam_size = beam_size or self.config.beam_size
         max_length = max_length or self.config.max_decode_length
         memory, state = self.decoder.start(features)  # one memory row serves the K beams of an image
-        results = beam_search(
+        return beam_search(
             self.decoder.step, state, features.size(0), beam_size, self.vocabulary.sos_id, self.vocabulary.eos_id,
-            max_length + 1, length_penalty=self.config.length_penalty, memory=memory, must_end=True,
+            max_length + 1, length_penalty=self.config.length_penalty, nbest=nbest, memory=memory, must_end=True,
         )  # max_length words, then a step that can only end the caption
-        return [hyps[0] for hyps in results]
