@@ -4,7 +4,8 @@
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
     speech-attend transcribe [--ckpt CKPT] AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
-    speech-attend export --ckpt CKPT --out DIR
+    speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0]
+    speech-attend fit-lm --text-from wordnet|FILE.txt --vocabulary-from CKPT_OR_FOLDER --out DIR [--minutes 10] [--hidden 512]
     speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
 ``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` (run layout,
@@ -28,6 +29,7 @@ from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
 
 from .datamodule import SpeechDataModule
+from .lm import LMConfig, train_lm
 from .module import RecognizerModule
 
 __all__ = ["main", "RecognizerCLI"]
@@ -112,6 +114,10 @@ def _transcribe(argv: list[str]) -> int:
                         help="txt, json, srt, vtt, tsv or all (or several, comma-separated): with --output-dir, the files "
                              "written per input (default: all); without, what standard output gets (srt, vtt, tsv: one input)")
     parser.add_argument("--output-dir", default=None, help="write <input name>.<format> here for each input and format")
+    parser.add_argument("--lm", default=None, help="a language model folder from fit-lm, fused into the beam "
+                                                   "(default: the model folder's own, from export --lm)")
+    parser.add_argument("--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's saved one; 0 = off)")
+    parser.add_argument("--length-bonus", type=float, default=None, help="added to the score per character (default: the model's saved one)")
     args = parser.parse_args(argv)
     from .subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
     from .transcribe import Transcriber, shipped_model
@@ -130,7 +136,10 @@ def _transcribe(argv: list[str]) -> int:
     if stdout_format in ("srt", "vtt", "tsv") and len(files) > 1:
         raise ValueError(f"--output-format {stdout_format} on standard output takes one audio file, got {len(files)}; "
                          "give --output-dir DIR for one file per input")
-    transcriber = Transcriber(args.ckpt or shipped_model(), beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
+    transcriber = Transcriber(args.ckpt or shipped_model(), beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds,
+                              lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
+    if args.lm and transcriber.decoding.lm_weight == 0:
+        print(f"{PROG}: warning: --lm {args.lm} is not used with an LM weight of 0; give --lm-weight", file=sys.stderr)
     names = output_names(files)  # a/talk.wav and b/talk.wav do not overwrite each other
     bar = _progress(len(files), hide=stdout_format == "json")
     say = bar.write if bar is not None else print
@@ -202,16 +211,59 @@ def _export(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} export", description="Export a checkpoint as safetensors + JSON.")
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit")
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--lm", default=None, help="bundle this language model folder (from fit-lm) with the model")
+    parser.add_argument("--lm-weight", type=float, default=None,
+                        help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)")
+    parser.add_argument("--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)")
     args = parser.parse_args(argv)
     from .transcribe import export_model
 
-    print(f"exported {args.ckpt} to {export_model(args.ckpt, args.out)}")
+    out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
+    print(f"exported {args.ckpt} to {out}" + (f" with the language model {args.lm}" if args.lm else ""))
+    return 0
+
+
+def _fit_lm(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"{PROG} fit-lm", description="Train a character language model for the speller, on text only.")
+    parser.add_argument("--text-from", required=True, help="wordnet (its training sentences, never dev or test) or a UTF-8 text file, one sentence a line")
+    parser.add_argument("--vocabulary-from", required=True,
+                        help="the recognizer whose characters it predicts: a .ckpt, an exported folder, or the corpus folder it trains on")
+    parser.add_argument("--out", required=True, help="output folder for lm.safetensors and lm.json")
+    parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget (default 10)")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many updates (default: when the time is up)")
+    parser.add_argument("--hidden", type=int, default=LMConfig.hidden, help=f"LSTM units (default {LMConfig.hidden})")
+    parser.add_argument("--layers", type=int, default=LMConfig.layers, help=f"LSTM layers (default {LMConfig.layers})")
+    parser.add_argument("--embedding", type=int, default=LMConfig.embedding_dim, help=f"character embedding (default {LMConfig.embedding_dim})")
+    parser.add_argument("--dropout", type=float, default=LMConfig.dropout, help=f"dropout (default {LMConfig.dropout})")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per update (default 64)")
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 0.003)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--dev-from", default="wordnet", help="perplexity measured on: wordnet (its dev sentences), a text file, or none")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    config = LMConfig(embedding_dim=args.embedding, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
+    record = train_lm(args.out, args.text_from, args.vocabulary_from, config, args.minutes * 60, args.max_steps,
+                      args.batch_size, args.lr, args.seed, args.dev_from, progress=True, device=args.device)
+    if record.get("dev_test_overlap"):
+        print(f"{PROG}: warning: {record['dev_test_overlap']} training sentences of {args.text_from} are WordNet dev or test "
+              "sentences; dev and test results would be optimistic", file=sys.stderr)
+    perplexity = f", dev perplexity {record['dev_perplexity']:.3f} ({record['dev_sentences']} sentences)" if record["dev_perplexity"] else ""
+    stopped = " (stopped early)" if record["stopped_early"] else ""
+    print(f"language model in {args.out}: {record['sentences']} sentences, {record['steps']} steps in {record['seconds']:.0f} s"
+          f"{stopped}{perplexity}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``speech-attend`` console script."""
-    return run_app(PROG, {"prepare": _prepare, "transcribe": _transcribe, "explain": _explain, "export": _export}, _lightning, argv)
+    commands = {"prepare": _prepare, "transcribe": _transcribe, "explain": _explain, "export": _export, "fit-lm": _fit_lm}
+    return run_app(PROG, commands, _lightning, argv)
 
 
 if __name__ == "__main__":

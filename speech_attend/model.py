@@ -25,6 +25,7 @@ from shared.beam_search import length_normalized
 from shared.training.config import as_dataclass
 
 from .features import FeatureConfig, FeatureFrontend
+from .lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
 from .listener import Listener
 from .speller import Speller
 
@@ -82,6 +83,8 @@ class DecodeConfig:
     ctc_weight: float = 0.3  # weight of the CTC score when rescoring the n-best list (0 = off)
     max_len_ratio: float = 2.5  # at most this many characters per listener frame (end detection)
     max_chunk_seconds: float | None = None  # transcribe splits longer audio; None: set by fit to the longest training utterance
+    lm_weight: float = 0.0  # weight of a language model's log-probability in the beam (shallow fusion; 0 = off), in [0, 2]
+    length_bonus: float = 0.0  # added to the score for each character, offsetting the language model's preference for short outputs
 
 
 class LAS(nn.Module):
@@ -189,9 +192,13 @@ class LAS(nn.Module):
     @torch.no_grad()
     def decode(
         self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None,
-        ctc_posteriors: list | None = None,
+        ctc_posteriors: list | None = None, lm: CharLM | None = None,
     ) -> tuple[list[Hypothesis], torch.Tensor]:
         """Transcribe a batch with the shared batched beam search, then CTC rescoring.
+
+        The beam's score sums named, weighted scorers (:class:`speech_attend.lm.WeightedScorers`):
+        ``log p_att + lm_weight * log p_lm + length_bonus * |y|``; the CTC rescoring mixes its
+        score with the attention's part only. Scorers of weight 0 are left out.
 
         Args:
             waveforms (torch.Tensor): `(B, N)`.
@@ -202,6 +209,8 @@ class LAS(nn.Module):
             ctc_posteriors (list or None, optional): with a CTC head, each utterance's CTC
                 log-probabilities `(L_b * u, V)` are appended to it (for word times and
                 confidence, :mod:`speech_attend.timing`). (Default: ``None``)
+            lm (CharLM or None, optional): a language model over this model's vocabulary, fused
+                with ``config.lm_weight``; without one, ``lm_weight`` is not used. (Default: ``None``)
 
         Returns:
             (list[Hypothesis], torch.Tensor): the best hypothesis per utterance (``attention``
@@ -212,9 +221,15 @@ class LAS(nn.Module):
         memory = self.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
         max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
         rescore = self.ctc_head is not None and config.ctc_weight > 0
+        batch, device = waveforms.size(0), waveforms.device
+        scorers = WeightedScorers({  # name -> weight, step function, initial state: one entry per scorer
+            "attention": Scorer(1.0, self.speller.step, self.speller.initial_state(memory)),
+            "lm": lm_scorer(lm, config.lm_weight, batch, sos, eos, device),  # without a language model: weight 0, left out
+            "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
+        })
         with native_cpu_kernels():
             results = beam_search(
-                self.speller.step, self.speller.initial_state(memory), waveforms.size(0), beam, sos, eos, max_len,
+                scorers.step, scorers.initial_state(), batch, beam, sos, eos, max_len,
                 length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
             )
         if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
@@ -223,12 +238,14 @@ class LAS(nn.Module):
                 ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(waveforms.size(0)))
         if rescore:
             results = [
-                self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config) for b, hyps in enumerate(results)
+                self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)
             ]
         return [hyps[0] for hyps in results], encoder_lengths
 
-    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig) -> list[Hypothesis]:
-        """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc``, length-normalised."""
+    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers) -> list[Hypothesis]:
+        """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc`` plus the other
+        scorers' weighted scores (language model, length bonus), length-normalised."""
+        others = scorers.others(hyps)  # the beam's score less the attention's part
         targets = [torch.tensor(h.tokens, dtype=torch.long) for h in hyps]
         target_lengths = torch.tensor([len(t) for t in targets])
         steps = log_probs.size(0)
@@ -240,8 +257,9 @@ class LAS(nn.Module):
             blank=self.blank_id, reduction="none", zero_infinity=False,
         )  # (N,); inf where the frames cannot hold the hypothesis
         rescored = []
-        for hyp, nll in zip(hyps, ctc_nll.tolist()):
-            score = (1 - config.ctc_weight) * hyp.score - config.ctc_weight * (nll if math.isfinite(nll) else 1e4)
+        for hyp, nll, other in zip(hyps, ctc_nll.tolist(), others):
+            attention = hyp.score - other
+            score = (1 - config.ctc_weight) * attention - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
             normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
             rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, hyp.token_scores))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)

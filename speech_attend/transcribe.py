@@ -10,9 +10,10 @@ utterances that start and end with speech invents words for silence at their edg
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -23,7 +24,8 @@ from shared.training.model_files import CheckpointError, export_folder, load_mod
 
 from .audio import load_audio
 from .data import pad_waves
-from .model import build_recognizer
+from .lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
+from .model import DecodeConfig, build_recognizer
 from .timing import Segment, chunk_segment, no_speech_segment
 
 __all__ = [
@@ -88,11 +90,68 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
     return model.to(device).eval(), vocabulary, decoding, files.hyper_parameters
 
 
-def export_model(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def export_model(
+    ckpt: str | os.PathLike, out_dir: str | os.PathLike, lm: str | os.PathLike | None = None,
+    lm_weight: float | None = None, length_bonus: float | None = None,
+) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
-    statistics are in the weights) to ``out_dir``."""
-    model, _, _, hparams = load_recognizer(ckpt)
-    return export_folder(out_dir, APP, model.state_dict(), hparams)
+    statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
+    that holds one, also its language model (``lm.safetensors`` + ``lm.json``, in the
+    recognizer's character order), fused by default with ``lm_weight`` and ``length_bonus``,
+    saved in the decoding settings.
+
+    Args:
+        lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
+            model, the saved weight for one that ``ckpt`` holds.
+        length_bonus (float or None, optional): by default the saved one (0 unless set).
+
+    Raises:
+        CheckpointError: unreadable files, or a language model over other characters.
+        ValueError: ``lm_weight`` outside [0, 2].
+    """
+    model, vocabulary, decoding, hparams = load_recognizer(ckpt)
+    if lm is None and has_lm(ckpt):
+        lm = ckpt
+    elif lm is not None and lm_weight is None:
+        lm_weight = DEFAULT_LM_WEIGHT
+    language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
+    if language_model is not None:
+        hparams = {**hparams, "decoding": asdict(decoding)}
+    out = export_folder(out_dir, APP, model.state_dict(), hparams)
+    if language_model is not None:
+        record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
+        save_lm(out, language_model, vocabulary, record)
+    return out
+
+
+def _language_model(
+    path: str | os.PathLike, vocabulary, decoding: DecodeConfig, lm: str | os.PathLike | None,
+    lm_weight: float | None, length_bonus: float | None, device: str | torch.device,
+) -> tuple[CharLM | None, DecodeConfig]:
+    """The language model to fuse (``lm``, else the model folder's own) and the decoding settings
+    with ``lm_weight`` and ``length_bonus`` (else the saved ones).
+
+    Raises:
+        ValueError: ``lm_weight`` outside [0, 2], not finite settings, or a weight over 0 without
+            a language model. CheckpointError: the language model's files are unreadable, or
+            over other characters than the recognizer's.
+    """
+    changes = {k: v for k, v in (("lm_weight", lm_weight), ("length_bonus", length_bonus)) if v is not None}
+    decoding = replace(decoding, **changes)
+    if not 0.0 <= decoding.lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
+        raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {decoding.lm_weight:g}")
+    if not math.isfinite(decoding.length_bonus):
+        raise ValueError(f"--length-bonus must be a finite number, got {decoding.length_bonus:g}")
+    folder = lm if lm is not None else path if has_lm(path) else None
+    if folder is None:
+        if decoding.lm_weight > 0:
+            raise ValueError(
+                f"--lm-weight {decoding.lm_weight:g} needs a language model, and {path} holds none: "
+                "pass --lm DIR (from speech-attend fit-lm) or a model exported with --lm"
+            )
+        return None, decoding
+    model, _ = load_lm(folder, vocabulary)
+    return model.to(device), decoding
 
 
 def split_at_quiet_points(
@@ -297,13 +356,18 @@ class Transcriber:
             the longest training utterance saved with the model (15 s if unknown).
         device (str, optional): ``cpu`` or ``cuda``. (Default: ``"cpu"``)
         trim (bool, optional): trim the quiet edges of every chunk before decoding. (Default: ``True``)
+        lm (str, PathLike or None, optional): a folder with a language model (``fit-lm --out``)
+            fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
+        lm_weight (float or None, optional): its weight, in [0, 2]; by default the saved one.
+        length_bonus (float or None, optional): added per character; by default the saved one.
     """
 
     def __init__(
         self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None, device: str = "cpu",
-        trim: bool = True,
+        trim: bool = True, lm: str | os.PathLike | None = None, lm_weight: float | None = None, length_bonus: float | None = None,
     ):
         self.model, self.vocabulary, self.decoding, config = load_recognizer(path, device)
+        self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
         if beam_size is not None:
             if beam_size < 1:
                 raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
@@ -387,7 +451,7 @@ class Transcriber:
             ctc: list[torch.Tensor] = []  # (T, V) per chunk, with a CTC head: word times and confidence
             found, frames = self.model.decode(
                 batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding,
-                ctc_posteriors=ctc,
+                ctc_posteriors=ctc, lm=self.lm,
             )
             ctc = [c.cpu() for c in ctc] or [None] * len(keys)
             decoded.update({key: (hyp, int(n), c) for key, hyp, n, c in zip(keys, found, frames.tolist(), ctc)})

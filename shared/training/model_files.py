@@ -137,24 +137,26 @@ class ModelFiles(NamedTuple):
 
 def export_folder(
     out_dir: str | Path, app: str, state_dict: dict[str, torch.Tensor], hyper_parameters: dict[str, Any],
-    omitted: dict[str, Any] | None = None,
+    omitted: dict[str, Any] | None = None, files: tuple[str, str] = (WEIGHTS_FILE, CONFIG_FILE),
 ) -> Path:
     """Write ``model.safetensors`` and ``config.json`` (format tag, app, hyper-parameters, and
-    the record of left-out weights) into ``out_dir`` (created if needed)."""
+    the record of left-out weights) into ``out_dir`` (created if needed). ``files`` names the
+    weights and config files otherwise (a second model beside the first: a language model)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    weights_file, config_file = files
     # safetensors refuses tensors that share memory; contiguous clones are always accepted.
-    save_file({k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}, str(out / WEIGHTS_FILE))
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}, str(out / weights_file))
     config = {**model_tag(app)[_TAG_KEY], "hyper_parameters": hyper_parameters}
     if omitted:
         config[OMITTED_KEY] = omitted
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / config_file).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out
 
 
-def load_model_files(path: str | Path, app: str) -> ModelFiles:
+def load_model_files(path: str | Path, app: str, files: tuple[str, str] = (WEIGHTS_FILE, CONFIG_FILE)) -> ModelFiles:
     """The model's weights and hyper-parameters from a Lightning checkpoint or an exported folder.
 
     A checkpoint's state dict is its LightningModule's; the model's weights are those under
@@ -163,6 +165,8 @@ def load_model_files(path: str | Path, app: str) -> ModelFiles:
     Args:
         path (str or Path): a ``.ckpt`` file or a folder written by ``export``.
         app (str): ``show-attend`` or ``speech-attend``: the app that must have written it.
+        files (tuple of str, optional): the weights and config files of a folder, when not
+            ``model.safetensors`` and ``config.json`` (see :func:`export_folder`).
 
     Returns:
         ModelFiles: the model's ``state_dict``, ``hyper_parameters`` and ``omitted`` record.
@@ -172,9 +176,9 @@ def load_model_files(path: str | Path, app: str) -> ModelFiles:
     """
     path = Path(path)
     if path.is_dir():
-        weights, config_file = path / WEIGHTS_FILE, path / CONFIG_FILE
+        weights, config_file = path / files[0], path / files[1]
         if not weights.is_file() or not config_file.is_file():
-            raise CheckpointError(f"{path}: an exported model folder needs {WEIGHTS_FILE} and {CONFIG_FILE}")
+            raise CheckpointError(f"{path}: an exported model folder needs {files[0]} and {files[1]}")
         try:
             config = json.loads(config_file.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:

@@ -1,0 +1,359 @@
+"""The speller's language model: it learns from text, it is fused into the beam as one weighted
+scorer (weight 0 changes nothing; a weight w adds exactly w * log p_lm), and its files are
+refused in one line when they are broken or over other characters than the recognizer's."""
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from shared import Hypothesis, Vocabulary, beam_search
+from shared.training.model_files import export_folder
+from speech_attend.cli import main as speech_attend
+from speech_attend.features import FeatureConfig
+from speech_attend.lm import (
+    LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, fit_lm, length_bonus_scorer, lm_scorer, lm_sentences, load_lm,
+    perplexity, save_lm, wordnet_lm_splits,
+)
+from speech_attend.model import LAS, DecodeConfig, LASConfig
+from speech_attend.transcribe import APP, Transcriber
+
+RATE = 16000
+_LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
+                 embedding_dim=8, attention_dim=8, location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2)
+_CHARS = list(" etaoinsrhldcumfpgywbvkx'jzq")
+_TINY_LM = LMConfig(embedding_dim=8, hidden=16, layers=1, dropout=0.0)
+_TEXT = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the mat is on the log"]
+
+
+def _vocabulary(chars=_CHARS) -> Vocabulary:
+    return Vocabulary(list(chars))
+
+
+def _random_lm(vocabulary: Vocabulary, seed: int = 0) -> CharLM:
+    torch.manual_seed(seed)
+    return CharLM(_TINY_LM, len(vocabulary)).eval()
+
+
+def _speech_like(seconds: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Noise whose loudness rises and falls as speech does (so it is not taken for silence)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * rng.standard_normal(t.size) * (0.55 + 0.45 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def recognizer():
+    """An untrained recognizer (with a CTC head) and its vocabulary."""
+    torch.manual_seed(0)
+    vocabulary = _vocabulary()
+    return LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), len(vocabulary)).eval(), vocabulary
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, recognizer):
+    """The recognizer exported, a language model over its characters, one over other characters, and a clip."""
+    model, vocabulary = recognizer
+    root = tmp_path_factory.mktemp("lm")
+    hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(_LAS), "features": asdict(model.frontend.config),
+               "decoding": asdict(DecodeConfig(beam_size=2))}
+    exported = export_folder(root / "model", APP, model.state_dict(), hparams)
+    lm = save_lm(root / "lm", _random_lm(vocabulary), vocabulary, {"text_source": "test"})
+    other = _vocabulary("abc ")
+    foreign = save_lm(root / "foreign_lm", _random_lm(other), other)
+    clip = root / "clip.wav"
+    sf.write(clip, _speech_like(), RATE)
+    return {"model": exported, "lm": lm, "foreign_lm": foreign, "clip": clip, "root": root}
+
+
+def _waves(batch: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    waves = torch.stack([torch.from_numpy(_speech_like(0.8, seed)) for seed in range(batch)])
+    return waves, torch.full((batch,), waves.size(1))
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def test_lm_loss_falls_on_a_tiny_text():
+    vocabulary = _vocabulary()
+    untrained = perplexity(_random_lm(vocabulary), _TEXT, vocabulary)
+    lm, record = fit_lm(_TEXT * 4, vocabulary, _TINY_LM, max_steps=120, batch_size=8, lr=1e-2, progress=False)
+    assert record["steps"] == 120
+    assert record["losses"][-1] < record["losses"][0] - 1.0
+    assert perplexity(lm, _TEXT, vocabulary) < untrained / 3
+
+
+def test_interrupted_training_stops_after_the_update_and_keeps_the_model(monkeypatch):
+    import os
+    import signal
+
+    import speech_attend.lm as lm_module
+
+    calls, tensors = [], lm_module._tensors
+
+    def interrupting(batch, vocabulary):
+        calls.append(1)
+        if len(calls) == 3:  # Ctrl-C in the middle of the third update
+            os.kill(os.getpid(), signal.SIGINT)
+        return tensors(batch, vocabulary)
+
+    monkeypatch.setattr(lm_module, "_tensors", interrupting)
+    lm, record = fit_lm(_TEXT, _vocabulary(), _TINY_LM, max_steps=1000, batch_size=2, progress=False)
+    assert record["stopped"] and record["steps"] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
+
+
+def test_lm_score_is_the_sum_of_its_step_log_probs():
+    vocabulary = _vocabulary()
+    lm = _random_lm(vocabulary)
+    sequences = [vocabulary.encode("the cat"), vocabulary.encode("a")]
+    total = torch.zeros(2)
+    with torch.no_grad():
+        state, tokens = lm.initial_state(2), torch.full((2,), vocabulary.sos_id)
+        for i in range(max(map(len, sequences)) + 1):
+            log_probs, state, _ = lm.step(tokens, state)
+            nexts = [s[i] if i < len(s) else vocabulary.eos_id for s in sequences]
+            for row, (s, token) in enumerate(zip(sequences, nexts)):
+                if i <= len(s):
+                    total[row] += log_probs[row, token]
+            tokens = torch.tensor(nexts)
+        torch.testing.assert_close(lm.score(sequences, vocabulary.sos_id, vocabulary.eos_id), total, atol=1e-5, rtol=0)
+
+
+def test_same_characters_in_another_order_are_mapped_onto_the_recognizers_ids(tmp_path):
+    vocabulary, shuffled = _vocabulary(), _vocabulary(list(reversed(_CHARS)))
+    lm = _random_lm(shuffled)
+    save_lm(tmp_path, lm, shuffled)
+    mapped, hparams = load_lm(tmp_path, vocabulary)
+    text = "the dog's log"
+    with torch.no_grad():
+        expected = lm.score([shuffled.encode(text)], shuffled.sos_id, shuffled.eos_id)
+        found = mapped.score([vocabulary.encode(text)], vocabulary.sos_id, vocabulary.eos_id)
+    torch.testing.assert_close(found, expected)
+    assert hparams["vocabulary"] == vocabulary.to_dict()["tokens"]
+
+
+def test_wordnet_training_text_holds_no_dev_or_test_sentence():
+    vocabulary = _vocabulary()
+    splits = wordnet_lm_splits()
+    train = lm_sentences("wordnet", vocabulary)
+    assert len(train) == len(splits["train"])
+    assert not set(train) & (set(splits["dev"]) | set(splits["test"]))
+
+
+# ----------------------------------------------------------------------------- shallow fusion
+
+
+def test_fusion_with_weight_zero_gives_exactly_the_same_hypotheses(recognizer):
+    model, vocabulary = recognizer
+    waves, lengths = _waves()
+    sos, eos = vocabulary.sos_id, vocabulary.eos_id
+    config = DecodeConfig(beam_size=3, ctc_weight=0.3)
+    plain, _ = model.decode(waves, lengths, sos, eos, config)
+    fused, _ = model.decode(waves, lengths, sos, eos, config, lm=_random_lm(vocabulary))  # lm_weight 0: left out
+    assert [(h.tokens, h.score, h.normalized_score) for h in fused] == [(h.tokens, h.score, h.normalized_score) for h in plain]
+    with_weight, _ = model.decode(waves, lengths, sos, eos, DecodeConfig(beam_size=3, ctc_weight=0.3, lm_weight=1.0),
+                                  lm=_random_lm(vocabulary))
+    assert [h.score for h in with_weight] != [h.score for h in plain]
+
+
+def test_fused_step_adds_weight_times_the_lm_log_probs_and_the_length_bonus():
+    vocabulary = _vocabulary()
+    lm, V, eos = _random_lm(vocabulary), len(vocabulary), vocabulary.eos_id
+    attention = torch.randn(3, V).log_softmax(-1)
+
+    def decoder(tokens, state, memory=None):
+        return attention, state, None
+
+    scorers = WeightedScorers({
+        "attention": Scorer(1.0, decoder, torch.zeros(3)),
+        "lm": lm_scorer(lm, 0.5, 3, vocabulary.sos_id, eos),
+        "length": length_bonus_scorer(0.25, V, eos, 3),
+    })
+    tokens = torch.tensor([vocabulary.sos_id, 5, 6])
+    with torch.no_grad():
+        fused, state, _ = scorers.step(tokens, scorers.initial_state())
+        lm_log_probs, _, _ = lm.step(tokens, lm.initial_state(3))
+    bonus = torch.full((V,), 0.25)
+    bonus[eos] = 0.0
+    assert torch.equal(fused, attention + 0.5 * lm_log_probs + bonus)
+    assert set(state) == {"attention", "lm", "length"}
+
+
+def test_beam_score_is_attention_plus_weight_times_lm_plus_bonus(recognizer):
+    model, vocabulary = recognizer
+    lm = _random_lm(vocabulary)
+    waves, lengths = _waves(1)
+    sos, eos = vocabulary.sos_id, vocabulary.eos_id
+    config = DecodeConfig(beam_size=1, ctc_weight=0.0, lm_weight=0.7, length_bonus=0.2, max_len_ratio=0.5)
+    (hyp,), _ = model.decode(waves, lengths, sos, eos, config, lm=lm)
+    targets = hyp.tokens + ([eos] if hyp.finished else [])
+    with torch.no_grad():
+        logits = model(waves, lengths, torch.tensor([[sos, *targets[:-1]]]))["logits"]  # teacher forced
+        attention = logits.log_softmax(-1)[0, torch.arange(len(targets)), torch.tensor(targets)].sum()
+        lm_score = lm.score([hyp.tokens], sos, eos, [hyp.finished])[0]
+    assert hyp.score == pytest.approx(float(attention + 0.7 * lm_score + 0.2 * len(hyp.tokens)), abs=1e-4)
+
+
+def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recognizer):
+    model, vocabulary = recognizer
+    lm, weight = _random_lm(vocabulary), 0.6
+    sos, eos = vocabulary.sos_id, vocabulary.eos_id
+    waves, lengths = _waves(1)
+    with torch.no_grad():
+        states, frames = model.encode(waves, lengths)
+        memory = model.speller.precompute(states, frames)
+        [hyps] = beam_search(model.speller.step, model.speller.initial_state(memory), 1, 3, sos, eos, 20, 1.0, nbest=3, memory=memory)
+        log_probs = model.ctc_log_probs(states, frames)[0][0]
+        lm_scores = lm.score([h.tokens for h in hyps], sos, eos, [h.finished for h in hyps]).tolist()
+    fused = [Hypothesis(h.tokens, h.score + weight * s, 0.0, h.finished) for h, s in zip(hyps, lm_scores)]  # as the fused beam scores them
+    config = DecodeConfig(ctc_weight=0.3)
+    without = model._rescore(hyps, log_probs, config, WeightedScorers({"attention": Scorer(1.0, None, None)}))
+    with_lm = model._rescore(fused, log_probs, config, WeightedScorers({
+        "attention": Scorer(1.0, None, None), "lm": lm_scorer(lm, weight, 1, sos, eos)}))
+    before = {tuple(h.tokens): h.score for h in without}
+    for hyp, s in zip(hyps, lm_scores):
+        after = next(h.score for h in with_lm if h.tokens == hyp.tokens)
+        assert after - before[tuple(hyp.tokens)] == pytest.approx(weight * s, abs=1e-5)
+
+
+def test_old_decoding_configs_without_the_fields_load():
+    old = {"beam_size": 8, "val_beam_size": 4, "length_penalty": 1.0, "ctc_weight": 0.3, "max_len_ratio": 2.5}
+    from shared.training.config import as_dataclass
+
+    config = as_dataclass(DecodeConfig, old)
+    assert (config.lm_weight, config.length_bonus) == (0.0, 0.0)
+
+
+# ----------------------------------------------------------------------------- commands and bad input
+
+
+def test_fit_lm_on_a_text_file_writes_files_that_load(files, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("The Cat sat on the MAT!\nA dog, and a log.\n\n" * 5, encoding="utf-8")
+    out = tmp_path / "out"
+    code = speech_attend(["fit-lm", "--text-from", str(text), "--vocabulary-from", str(files["model"]), "--out", str(out),
+                          "--max-steps", "3", "--hidden", "16", "--layers", "1", "--embedding", "8", "--dev-from", str(text)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads((out / LM_FILES[1]).read_text())["hyper_parameters"]
+    assert record["sentences"] == 10 and record["steps"] == 3 and record["dev_perplexity"] > 1
+    assert record["lm"]["hidden"] == 16
+    lm, _ = load_lm(out, _vocabulary())
+    assert lm.config.hidden == 16
+    assert "dev perplexity" in capsys.readouterr().out
+
+
+def test_export_with_lm_bundles_it_and_transcribe_uses_it(files, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "bundle"
+    assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--lm", str(files["lm"]),
+                          "--lm-weight", "0.5", "--length-bonus", "0.25"]) == 0
+    assert all((out / name).is_file() for name in ("model.safetensors", "config.json", *LM_FILES))
+    transcriber = Transcriber(out)
+    assert transcriber.lm is not None
+    assert (transcriber.decoding.lm_weight, transcriber.decoding.length_bonus) == (0.5, 0.25)
+    steps = []
+    original = CharLM.step
+    monkeypatch.setattr(CharLM, "step", lambda self, *args: steps.append(1) or original(self, *args))
+    capsys.readouterr()
+    assert speech_attend(["transcribe", "--ckpt", str(out), str(files["clip"])]) == 0
+    assert steps, "the bundled language model was not used in the beam"
+    steps.clear()
+    assert speech_attend(["transcribe", "--ckpt", str(out), "--lm-weight", "0", str(files["clip"])]) == 0
+    assert not steps
+
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    code = speech_attend(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("speech-attend: error: "), err
+    return err
+
+
+def test_lm_from_another_vocabulary_is_refused_in_one_line_naming_it(files, capsys):
+    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["foreign_lm"]),
+                                   "--lm-weight", "0.5", str(files["clip"])])
+    assert str(files["foreign_lm"] / LM_FILES[1]) in err and "other characters" in err
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "empty weights", "broken json", "weights of another size"])
+def test_corrupt_lm_files_are_refused_in_one_line_naming_the_file(files, tmp_path, capsys, damage):
+    import shutil
+
+    broken = shutil.copytree(files["lm"], tmp_path / "broken")
+    weights, config = broken / LM_FILES[0], broken / LM_FILES[1]
+    if damage == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "empty weights":
+        weights.write_bytes(b"")
+    elif damage == "broken json":
+        config.write_text(config.read_text()[:40])
+    else:
+        data = json.loads(config.read_text())
+        data["hyper_parameters"]["lm"]["hidden"] = 24
+        config.write_text(json.dumps(data))
+    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(broken), "--lm-weight", "0.3",
+                                   str(files["clip"])])
+    named = config if damage == "broken json" else weights
+    assert str(named) in err
+
+
+@pytest.mark.parametrize("weight", ["-0.1", "2.5", "nan"])
+def test_lm_weight_outside_0_to_2_is_a_one_line_error(files, capsys, weight):
+    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["lm"]),
+                                   f"--lm-weight={weight}", str(files["clip"])])
+    assert "--lm-weight must be in [0, 2]" in err
+
+
+def test_lm_weight_without_any_lm_is_a_one_line_error(files, capsys):
+    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm-weight", "0.5", str(files["clip"])])
+    assert "needs a language model" in err and str(files["model"]) in err
+
+
+def test_export_with_an_lm_over_other_characters_is_refused(files, tmp_path, capsys):
+    err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"),
+                                   "--lm", str(files["foreign_lm"])])
+    assert "other characters" in err
+    assert not (tmp_path / "x").exists()
+
+
+# ----------------------------------------------------------------------------- scripts/tune_lm.py
+
+
+def _tune_lm():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "tune_lm.py"
+    spec = importlib.util.spec_from_file_location("tune_lm", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def corpus(files):
+    folder = files["root"] / "corpus"
+    folder.mkdir()
+    for split in ("dev", "test"):
+        (folder / f"{split}.jsonl").write_text(json.dumps({"audio": str(files["clip"]), "text": "the cat"}) + "\n")
+    return folder
+
+
+def test_tune_lm_prints_a_table_and_the_best_pair_on_dev(files, corpus, capsys):
+    code = _tune_lm().main(["--ckpt", str(files["model"]), "--lm", str(files["lm"]), "--data", str(corpus),
+                            "--lm-weights", "0,0.5", "--length-bonuses", "0:1:1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "(dev, 1 utterances)" in out and "best: --lm-weight" in out
+    assert len([line for line in out.splitlines() if line.strip().startswith(("0 ", "0.5 "))]) == 2  # one row per weight
+
+
+@pytest.mark.parametrize("argv", [["--split", "test"], ["--groups", "dev,test_clean"]])
+def test_tune_lm_refuses_test_data(files, corpus, capsys, argv):
+    code = _tune_lm().main(["--ckpt", str(files["model"]), "--lm", str(files["lm"]), "--data", str(corpus), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "refusing to tune on test data" in err and len(err.splitlines()) == 1
