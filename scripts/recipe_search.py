@@ -72,13 +72,33 @@ def _train(out: Path, name: str, minutes: float, data: Path | None) -> subproces
     return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
+SEARCH_END = "search_end.json"  # where a candidate stood when its time ran out
+
+
 def _validate(out: Path, name: str, data: Path | None) -> None:
-    """Score the last checkpoint on the validation utterances (appends a val/cer row to metrics.csv)."""
+    """Score the last checkpoint on the validation utterances (appends a val/cer row to metrics.csv)
+    and write ``search_end.json``: its steps, wall and processor seconds, batch, weights and CER."""
     with (out / f"{name}.log").open("a") as log:
         command = [*SPEECH_ATTEND, "validate", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
                    *_overrides(name, data), "--ckpt_path", str(_run_dir(out, name) / "checkpoints" / "last.ckpt")]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+    record_end(_run_dir(out, name))
+
+
+def record_end(run: Path) -> dict:
+    """``search_end.json`` of a run whose time ran out and whose last checkpoint was just validated."""
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    with (run / "metrics.csv").open(newline="") as file:
+        final = [float(r["val/cer"]) for r in csv.DictReader(file) if r.get("val/cer") and not r.get("val/fit_seconds")]
+    end = {
+        "steps": int(ckpt["global_step"]), "seconds": float(ckpt.get("fit_seconds", 0.0)),
+        "cpu_seconds": float(ckpt.get("fit_cpu_seconds", 0.0)), "batch": int(ckpt["datamodule_hyper_parameters"]["batch_size"]),
+        "weights": sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames"))),
+        "final_cer": final[-1],
+    }
+    (run / SEARCH_END).write_text(json.dumps(end, indent=1) + "\n")
+    return end
 
 
 def _max_time(minutes: float) -> str:
@@ -87,21 +107,21 @@ def _max_time(minutes: float) -> str:
 
 
 def summarise(out: Path, name: str) -> dict | None:
-    """A candidate's curve and throughput from its run's metrics.csv and last checkpoint."""
+    """A candidate's curve and throughput from its run's metrics.csv and ``search_end.json``.
+
+    Only the search's stretch counts: a run continued later (the long run) adds rows after it.
+    """
     run = _run_dir(out, name)
-    if not (run / "metrics.csv").is_file():
+    if not (run / "metrics.csv").is_file() or not (run / SEARCH_END).is_file():
         return None
+    end = json.loads((run / SEARCH_END).read_text())
+    seconds, steps, cpu_seconds, batch = end["seconds"], end["steps"], end["cpu_seconds"], end["batch"]
     with (run / "metrics.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
     curve = [(float(r["val/fit_seconds"]), int(r["step"]), float(r["val/cer"]), float(r.get("val/fit_cpu_seconds") or 0))
-             for r in rows if r.get("val/cer") and r.get("val/fit_seconds")]
-    final = [float(r["val/cer"]) for r in rows if r.get("val/cer") and not r.get("val/fit_seconds")]
-    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    seconds, steps = float(ckpt.get("fit_seconds", 0.0)), int(ckpt["global_step"])
-    cpu_seconds = float(ckpt.get("fit_cpu_seconds", 0.0))
-    batch = int(ckpt["datamodule_hyper_parameters"]["batch_size"])
-    if final:  # the score of the last checkpoint, after the time ran out
-        curve.append((seconds, steps, final[-1], cpu_seconds))
+             for r in rows if r.get("val/cer") and r.get("val/fit_seconds") and int(r["step"]) <= steps]
+    curve.append((seconds, steps, end["final_cer"], cpu_seconds))  # the last checkpoint's score, after the time ran out
+    weights = end["weights"]
     curve = sorted({point[1]: point for point in curve}.values())  # one point per step (a stop's validation and the final score coincide)
     weights = sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames")))
     slope = None
