@@ -121,9 +121,8 @@ def summarise(out: Path, name: str) -> dict | None:
     curve = [(float(r["val/fit_seconds"]), int(r["step"]), float(r["val/cer"]), float(r.get("val/fit_cpu_seconds") or 0))
              for r in rows if r.get("val/cer") and r.get("val/fit_seconds") and int(r["step"]) <= steps]
     curve.append((seconds, steps, end["final_cer"], cpu_seconds))  # the last checkpoint's score, after the time ran out
-    weights = end["weights"]
     curve = sorted({point[1]: point for point in curve}.values())  # one point per step (a stop's validation and the final score coincide)
-    weights = sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames")))
+    weights = end["weights"]
     slope = None
     if len(curve) >= 2:  # CER change per 10 minutes over the last stretch (at most the last third of the time)
         late = [point for point in curve if point[0] >= curve[-1][0] * 2 / 3] or curve[-2:]
