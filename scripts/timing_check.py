@@ -12,13 +12,18 @@ of silence between them, and each utterance's first sample over -50 dBFS is the 
 its segment. The files are transcribed as ``transcribe`` does (cut at pauses), and the script
 prints the median and 90th-percentile error of
 
-- segment starts: each utterance's start against the nearest segment start that holds words;
+- segment starts: each segment that holds words against the nearest utterance start (and how
+  many utterances have a segment starting within 0.25 s of them: ``transcribe`` cuts only audio
+  longer than its longest chunk, so a short file of several utterances is one segment);
 - word starts, from the attention alignment and from the CTC alignment (``Word.attention``,
   ``Word.ctc``): the words of the transcript are matched to the true words by the minimum
   edit-distance alignment; the words recognised right are scored, and then also those
   substituted by another word;
 
-and how often an utterance comes out as no speech (no segment with words overlaps it).
+and how often an utterance comes out as no speech (no segment with words overlaps it). Then it
+transcribes sounds that are not speech, ``--non-speech-seconds`` long each (silence, white and
+pink noise, mains hum, music-like tones: notes of three harmonics, four a second), and prints
+those that came out with words.
 """
 
 from __future__ import annotations
@@ -141,15 +146,16 @@ def _summary(errors: list[float]) -> dict:
 def score(clips: list[Clip], transcripts) -> dict:
     """Segment and word start errors (predicted minus true, seconds) of transcripts against their clips."""
     segment_errors, errors = [], {"attention": [], "ctc": [], "attention_any": [], "ctc_any": []}
-    missed = utterances = matched = true_words = 0
+    missed = utterances = matched = true_words = found = 0
     for clip, transcript in zip(clips, transcripts):
         spoken = [s for s in transcript.segments if s.words]
         truth, predicted = [], [w for s in spoken for w in s.words]
-        for offset, utterance in zip(clip.offsets, clip.utterances):
+        onsets = [offset + u.onset for offset, u in zip(clip.offsets, clip.utterances)]
+        segment_errors += [min((s.start - onset for onset in onsets), key=abs) for s in spoken]
+        for offset, utterance, onset in zip(clip.offsets, clip.utterances, onsets):
             utterances += 1
-            onset, end = offset + utterance.onset, offset + utterance.wave.size / SAMPLE_RATE
-            if spoken:
-                segment_errors.append(min((s.start - onset for s in spoken), key=abs))
+            end = offset + utterance.wave.size / SAMPLE_RATE
+            found += any(abs(s.start - onset) <= 0.25 for s in spoken)
             if not any(s.start < end and s.end > offset for s in spoken):
                 missed += 1
             truth += [(word, None if start is None else offset + start) for word, start in utterance.words]
@@ -166,6 +172,7 @@ def score(clips: list[Clip], transcripts) -> dict:
     return {
         "files": len(clips), "utterances": utterances, "true_words": true_words, "matched_words": matched,
         "no_speech_rate": round(missed / max(1, utterances), 4),
+        "utterances_with_a_segment_start": round(found / max(1, utterances), 4),
         "segment_start": _summary(segment_errors),
         "word_start_attention": _summary(errors["attention"]),
         "word_start_ctc": _summary(errors["ctc"]),
@@ -181,6 +188,37 @@ def _line(name: str, summary: dict) -> str:
             f"bias {summary['median_signed_s']:+.3f} s   within 0.1 s {summary['within_0.1_s']:.0%}   within 0.25 s {summary['within_0.25_s']:.0%}")
 
 
+def non_speech_clips(out: Path, seconds: list[float], seed: int) -> list[Path]:
+    """Files of sounds that hold no speech, ``seconds`` long each, in ``out``."""
+    rng = np.random.default_rng(seed)
+
+    def pink(n: int) -> np.ndarray:  # 1/f power: white noise shaped in frequency
+        spectrum = np.fft.rfft(rng.standard_normal(n))
+        spectrum /= np.sqrt(np.maximum(1.0, np.arange(spectrum.size)))
+        wave = np.fft.irfft(spectrum, n)
+        return wave / (np.abs(wave).max() + 1e-9)
+
+    def tones(n: int) -> np.ndarray:  # a random melody: 0.25 s notes over two octaves, three harmonics each, decaying
+        t = np.arange(SAMPLE_RATE // 4) / SAMPLE_RATE
+        notes = [sum(np.sin(2 * np.pi * 220 * 2 ** (rng.integers(24) / 12) * k * t) / k for k in (1, 2, 3)) * np.exp(-3 * t)
+                 for _ in range(n // t.size + 1)]
+        return np.concatenate(notes)[:n] / 1.8
+
+    kinds = {
+        "silence": lambda n: np.zeros(n),
+        "white_noise": lambda n: 0.05 * rng.standard_normal(n),
+        "pink_noise": lambda n: 0.3 * pink(n),
+        "hum": lambda n: 0.1 * sum(np.sin(2 * np.pi * 50 * k * np.arange(n) / SAMPLE_RATE) / k for k in (1, 2, 3)),
+        "tones": lambda n: 0.3 * tones(n),
+    }
+    paths = []
+    for length in seconds:
+        for kind, make in kinds.items():
+            paths.append(out / f"{kind}_{length:g}s.wav")
+            sf.write(paths[-1], make(int(length * SAMPLE_RATE)).astype(np.float32), SAMPLE_RATE)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
@@ -193,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--text", choices=synth.TEXTS, default="wordnet",
                         help="wordnet: the broad corpus's sentences and voices (default); templates: the light corpus's")
+    parser.add_argument("--non-speech-seconds", type=float, nargs="*", default=[1, 5, 20, 60],
+                        help="lengths of the sounds without speech (default: 1 5 20 60; none: skip them)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     if args.files < 1 or args.per_file < 1 or not 0 <= args.pause[0] <= args.pause[1]:
@@ -211,17 +251,26 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"timing_check: error: {clip.path.name}: {result}", file=sys.stderr)
                 return 2
             transcripts.append(result)
-    results = {"ckpt": str(args.ckpt), "max_chunk_seconds": transcriber.max_chunk_seconds, **score(clips, transcripts)}
+        sounds = non_speech_clips(Path(tmp), args.non_speech_seconds, args.seed)
+        heard = {path.stem: result.text if not isinstance(result, ValueError) else f"error: {result}"
+                 for path, result in zip(sounds, transcriber.transcribe_many(sounds))}
+    results = {"ckpt": str(args.ckpt), "max_chunk_seconds": transcriber.max_chunk_seconds, **score(clips, transcripts),
+               "non_speech_files": len(heard), "non_speech_with_words": {name: text for name, text in heard.items() if text}}
     print(f"{results['files']} files of {args.per_file} utterances ({results['utterances']} utterances, "
           f"{sum(t.duration_s for t in transcripts):.0f} s, max chunk {transcriber.max_chunk_seconds} s); "
           f"{results['matched_words']} of {results['true_words']} timed words recognised")
     print(_line("segment start", results["segment_start"]))
+    print(f"  utterances with a segment starting within 0.25 s: {results['utterances_with_a_segment_start']:.0%}")
     print(_line("word start, attention", results["word_start_attention"]))
     print(_line("word start, CTC", results["word_start_ctc"]))
     print("  with substituted words too:")
     print(_line("word start, attention", results["word_start_attention_with_substitutions"]))
     print(_line("word start, CTC", results["word_start_ctc_with_substitutions"]))
     print(f"  utterances heard as no speech: {results['no_speech_rate']:.1%}")
+    wordy = results["non_speech_with_words"]
+    print(f"  sounds without speech that came out with words: {len(wordy)} of {len(heard)}")
+    for name, text in wordy.items():
+        print(f"    {name}: {text[:70]}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
