@@ -476,8 +476,11 @@ def train_lm(
     record.update(steps=fit["steps"], epochs=fit["epochs"], seconds=fit["seconds"], stopped_early=fit["stopped"], device=str(device),
                   batch_size=batch_size, lr=lr, seed=seed,
                   train_loss=round(fit["losses"][-1], 4) if fit["losses"] else None, dev_source=dev_from,
-                  dev_sentences=len(dev), dev_perplexity=round(perplexity(lm, dev, vocabulary), 4) if dev else None)
-    save_lm(out_dir, lm, vocabulary, record)
+                  dev_sentences=len(dev), dev_perplexity=None)
+    save_lm(out_dir, lm, vocabulary, record)  # saved before the dev pass too: a stop during it keeps the model
+    if dev:
+        record["dev_perplexity"] = round(perplexity(lm, dev, vocabulary), 4)
+        save_lm(out_dir, lm, vocabulary, record)
     return record
 
 

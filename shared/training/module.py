@@ -26,6 +26,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 
 from .model_files import CheckpointError, check_app_tag, model_tag
+from .writes import replacing
 
 __all__ = ["AttendModule", "TEST_METRICS_FILE", "TEST_OUTPUTS_FILE"]
 
@@ -96,11 +97,11 @@ class AttendModule(pl.LightningModule):
         return results
 
     def _write_test_results(self, run_dir: Path, results: dict, records: list[dict]) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / TEST_METRICS_FILE).write_text(json.dumps(results, indent=2) + "\n")
-        with (run_dir / TEST_OUTPUTS_FILE).open("w", encoding="utf-8") as file:
-            for record in records:
-                file.write(json.dumps(self.output_line(record), ensure_ascii=False) + "\n")
+        lines = [json.dumps(self.output_line(record), ensure_ascii=False) + "\n" for record in records]
+        with replacing(run_dir / TEST_METRICS_FILE, "the test metrics") as temporary:  # whole, or a one-line error
+            temporary.write_text(json.dumps(results, indent=2) + "\n")
+        with replacing(run_dir / TEST_OUTPUTS_FILE, "the test outputs") as temporary:
+            temporary.write_text("".join(lines), encoding="utf-8")
         shown = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if isinstance(v, float))
         rank_zero_info(f"test metrics written to {run_dir / TEST_METRICS_FILE}: {shown}")
 
