@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from shared.training.writes import writing
+
 __all__ = ["MapComparison", "compare_maps", "rank_correlation", "write_explanations"]
 
 
@@ -134,14 +136,19 @@ def write_explanations(
         int: 2 if an input failed, else 0.
     """
     status = 0
-    with (out / "explain.jsonl").open("w", encoding="utf-8") as lines:
+    jsonl = out / "explain.jsonl"
+    with writing("the explanations", jsonl):
+        lines = jsonl.open("w", encoding="utf-8")
+    with lines:
         for result in results:
             if isinstance(result, Exception):
                 print(f"{prog}: error: {str(result).splitlines()[0]}", file=sys.stderr)
                 status = 2
                 continue
-            for line in result.to_json():
-                lines.write(json.dumps(line, ensure_ascii=False) + "\n")
+            with writing("the explanations", jsonl):  # only the writes: a failure of the model is its own
+                for line in result.to_json():
+                    lines.write(json.dumps(line, ensure_ascii=False) + "\n")
+                lines.flush()
             picture = save(result, out / f"{result.source.stem}.png") if result.outputs else None
             agree = sum(output.comparison.peak_in_top for output in result.outputs)
             print(f"{result.source}: {result.text}  [attention peak among the 3 most decisive {positions} for {agree} of "

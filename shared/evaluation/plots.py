@@ -26,6 +26,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
+from shared.training.writes import replacing
+
 __all__ = [
     "overlay_attention", "save_caption_grid", "save_attention_and_occlusion", "save_alignment",
     "save_alignment_and_occlusion", "save_curves", "save_lines",
@@ -64,10 +66,10 @@ def _boxes_for_missing_glyphs() -> Iterator[None]:
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG: whole, or (a full disk) not at all, with a one-line error."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _boxes_for_missing_glyphs():
-        fig.savefig(path, format="png")
+    with _boxes_for_missing_glyphs(), replacing(path, "the picture") as temporary:
+        fig.savefig(temporary, format="png")
     return path
 
 

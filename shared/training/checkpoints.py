@@ -17,10 +17,8 @@ resolves ``--ckpt_path last`` and ``best`` to the newest run's file.
 from __future__ import annotations
 
 import math
-import os
 import re
 import signal
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,8 @@ from lightning_fabric.plugins import CheckpointIO, TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from .writes import replacing
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -54,8 +54,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     only when ``$TMPDIR`` is on the checkpoint's filesystem; otherwise (a local ``/tmp`` with
     checkpoints on NFS or Lustre, a tmpfs ``/tmp``) it is a copy into the target, which a kill
     during the copy leaves truncated, with the previous checkpoint already gone. Writing beside
-    the target makes the rename always same-filesystem. Remote paths (``s3://`` and the like)
-    still go to Lightning's writer.
+    the target makes the rename always same-filesystem (:func:`~shared.training.writes.replacing`).
+    A failed write (a full disk) removes the temporary file, keeps the previous checkpoint, and
+    raises a :class:`~shared.training.writes.WriteError` naming the file and the cause. Remote
+    paths (``s3://`` and the like) still go to Lightning's writer.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
@@ -64,19 +66,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options for a local path")
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        prefix = f".{path.name}."
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-        try:
-            with os.fdopen(descriptor, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())  # the data is on disk before the name points at it
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        for stale in path.parent.glob(f"{prefix}*.tmp"):  # left by a writer that was killed
+        with replacing(path, "the checkpoint") as temporary, temporary.open("wb") as file:
+            torch.save(checkpoint, file)
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a writer that was killed
             stale.unlink(missing_ok=True)
 
 
@@ -146,6 +138,8 @@ class RunCheckpoints(pl.Callback):
 
     def _save(self, trainer: pl.Trainer, name: str) -> Path:
         path = self.dirpath / f"{name}.ckpt"
+        for logger in trainer.loggers:  # the metrics logged so far are on disk before the checkpoint is
+            logger.save()
         trainer.save_checkpoint(path, weights_only=False)  # full state, to resume from; collective under DDP
         return path
 

@@ -4,7 +4,9 @@
 sub-command (``prepare``, ``caption``, ``transcribe``, ``export``, ...) to the app's own
 handler. Any error a user can cause (a ``ValueError`` or ``OSError``, which covers the apps'
 own error classes) is printed as one line, ``PROG: error: ...``, with exit code 2; ``--debug``
-anywhere on the command line shows the full traceback instead. Output into a closed pipe
+anywhere on the command line shows the full traceback instead. A file that could not be written
+(a full disk) is a :class:`~shared.training.writes.WriteError`, an ``OSError`` whose line says
+what, where and why (see :mod:`shared.training.writes`). Output into a closed pipe
 (``transcribe ... | head``) ends the program quietly, as Unix tools do.
 
 No Lightning is imported here: only the training commands load it.
@@ -33,8 +35,9 @@ def _usage(prog: str, commands: dict[str, Callable]) -> str:
 def one_line(err: BaseException) -> str:
     """The first line of an error; an OS error as ``path: what`` ("/x/out: file exists"), not
     Python's ``[Errno 17] File exists: '/x/out'``."""
-    if isinstance(err, OSError) and err.filename and err.strerror:
-        return f"{err.filename}: {err.strerror[0].lower()}{err.strerror[1:]}"
+    if isinstance(err, OSError) and err.strerror:
+        reason = f"{err.strerror[0].lower()}{err.strerror[1:]}"
+        return f"{err.filename}: {reason}" if err.filename else reason
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .writes import replacing
+
 __all__ = [
     "CheckpointError",
     "safe_torch_load",
@@ -148,11 +150,13 @@ def export_folder(
     out.mkdir(parents=True, exist_ok=True)
     weights_file, config_file = files
     # safetensors refuses tensors that share memory; contiguous clones are always accepted.
-    save_file({k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}, str(out / weights_file))
+    with replacing(out / weights_file, "the exported weights") as temporary:  # whole, or the old file stays
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}, str(temporary))
     config = {**model_tag(app)[_TAG_KEY], "hyper_parameters": hyper_parameters}
     if omitted:
         config[OMITTED_KEY] = omitted
-    (out / config_file).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with replacing(out / config_file, "the exported config") as temporary:
+        temporary.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out
 
 
