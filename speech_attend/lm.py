@@ -512,6 +512,8 @@ def load_lm(folder: str | os.PathLike, vocabulary: Vocabulary | None = None) -> 
             config, or a language model over other characters than ``vocabulary``'s.
     """
     config_file = Path(folder) / LM_FILES[1]
+    if not Path(folder).is_dir():
+        raise CheckpointError(f"{folder}: not a language model folder; expected a folder with {' and '.join(LM_FILES)} (from speech-attend fit-lm)")
     files = load_model_files(folder, APP, files=LM_FILES)
     hp = files.hyper_parameters
     try:

@@ -301,6 +301,14 @@ def test_corrupt_lm_files_are_refused_in_one_line_naming_the_file(files, tmp_pat
     assert str(named) in err
 
 
+@pytest.mark.parametrize("where", ["missing", "a file"])
+def test_an_lm_path_that_is_not_a_folder_is_refused_in_one_line(files, tmp_path, capsys, where):
+    path = tmp_path / "nothing" if where == "missing" else files["lm"] / LM_FILES[0]
+    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(path), "--lm-weight", "0.3",
+                                   str(files["clip"])])
+    assert f"{path}: not a language model folder" in err
+
+
 @pytest.mark.parametrize("weight", ["-0.1", "2.5", "nan"])
 def test_lm_weight_outside_0_to_2_is_a_one_line_error(files, capsys, weight):
     err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["lm"]),
