@@ -24,6 +24,8 @@ from typing import Sequence
 
 import torch
 
+from shared.training.writes import replacing
+
 from .caption import Beam, CaptionResult
 from .data import load_image
 
@@ -144,8 +146,8 @@ Under each caption: the beam's other captions, best first, each with its length-
 </html>
 """
     path = Path(folder) / PAGE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    with replacing(path, "the gallery page") as temporary:  # whole, or a one-line error (a full disk)
+        temporary.write_text(page, encoding="utf-8")
     return path
 
 

@@ -15,6 +15,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from shared.training.writes import replacing
+
 from .transcribe import Transcript
 
 __all__ = ["FORMATS", "parse_formats", "render", "output_names", "check_output_dir", "write_outputs"]
@@ -119,6 +121,7 @@ def write_outputs(transcript: Transcript, out_dir: str | os.PathLike, name: str,
     written = []
     for fmt in formats:
         path = Path(out_dir) / f"{name}.{fmt}"
-        path.write_text(render(transcript, fmt), encoding="utf-8")
+        with replacing(path, f"the {fmt} transcript") as temporary:  # whole, or a one-line error (a full disk)
+            temporary.write_text(render(transcript, fmt), encoding="utf-8")
         written.append(path)
     return written

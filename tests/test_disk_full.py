@@ -1,6 +1,6 @@
 """A full disk: every file that cannot be written is named in one line with the cause.
 
-A checkpoint, an export, the run's metrics, test results and the apps' pictures either are
+A checkpoint, an export, the run's metrics, test results and the apps' output files either are
 written whole or leave the previous file as it was, and the error says what could not be
 written, where, and why ("no space left on device"); the command exits with 2. Metrics are on
 disk before each checkpoint, so a run stopped by a full disk keeps every epoch it logged.
@@ -39,7 +39,10 @@ from shared.training.writes import WriteError
 from show_attend.caption import APP
 from show_attend.cli import main as caption_main
 from show_attend.datamodule import CaptionDataModule
+from show_attend.gallery import write_gallery
 from show_attend.module import CaptionerModule
+from speech_attend.subtitles import write_outputs
+from speech_attend.transcribe import Transcript
 
 NO_SPACE = "no space left on device"
 TORCH_ON_A_FULL_DISK = "[enforce fail at inline_container.cc:672] . unexpected pos 627520 vs 627408"
@@ -209,6 +212,16 @@ def test_an_export_that_does_not_fit_names_the_file_and_keeps_the_previous_expor
     assert _temporary_files(tmp_path) == []
 
 
+def _write_text_on_a_full_disk(monkeypatch) -> None:
+    original = Path.write_text
+
+    def full_write_text(self, data, *args, **kwargs):
+        original(self, data[:5], *args, **kwargs)
+        raise _no_space()
+
+    monkeypatch.setattr(Path, "write_text", full_write_text)
+
+
 class _Module(AttendModule):
     app = APP
 
@@ -217,16 +230,25 @@ class _Module(AttendModule):
 
 
 def test_test_results_that_do_not_fit_name_the_file(tmp_path, monkeypatch):
-    original = Path.write_text
-
-    def full_write_text(self, data, *args, **kwargs):
-        original(self, data[:5], *args, **kwargs)
-        raise _no_space()
-
-    monkeypatch.setattr(Path, "write_text", full_write_text)
+    _write_text_on_a_full_disk(monkeypatch)
     with pytest.raises(WriteError, match=f"could not write the test metrics {tmp_path / TEST_METRICS_FILE}: {NO_SPACE}$"):
         _Module()._write_test_results(tmp_path, {"wer": 0.5}, [{"key": "a"}])
     assert list(tmp_path.iterdir()) == []  # no half-written JSON
+
+
+def test_transcript_files_that_do_not_fit_name_the_file_and_leave_no_half_file(tmp_path, monkeypatch):
+    transcript = Transcript("a.wav", "hello", 1.0, 1, torch.zeros(5, 3), list("hello"))
+    _write_text_on_a_full_disk(monkeypatch)
+    with pytest.raises(WriteError, match=f"could not write the srt transcript {tmp_path / 'a.srt'}: {NO_SPACE}$"):
+        write_outputs(transcript, tmp_path, "a", ["srt"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gallery_page_that_does_not_fit_names_the_file(tmp_path, monkeypatch):
+    _write_text_on_a_full_disk(monkeypatch)
+    with pytest.raises(WriteError, match=f"could not write the gallery page {tmp_path / 'index.html'}: {NO_SPACE}$"):
+        write_gallery([], tmp_path, "a model")
+    assert list(tmp_path.iterdir()) == []
 
 
 def _savefig_on_a_full_disk(self, fname, *args, **kwargs) -> None:
