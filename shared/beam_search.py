@@ -19,6 +19,10 @@ continue. A sequence is done when it has ``K`` finished hypotheses or reaches it
 length; if none ever finished, its best unfinished hypothesis is returned. With ``K = 1`` this is
 exactly greedy decoding.
 
+With ``max_repeats = R``, a hypothesis whose last ``R`` tokens are one token repeated may only
+end: its next token is ``<eos>`` (at its own probability), so a model that loops ("big big big
+...") stops there instead of filling ``max_len``, and a looping beam falls behind the others.
+
 Two things keep the work proportional to the live hypotheses; neither changes what any
 hypothesis is computed from:
 
@@ -133,10 +137,11 @@ class _BeamSearch:
     """
 
     def __init__(self, step_fn: StepFn, state: Any, memory: Any, batch_size: int, beam_size: int, sos: int, eos: int,
-                 limits: list[int], length_penalty: float, keep_attention: bool, must_end: bool):
+                 limits: list[int], length_penalty: float, keep_attention: bool, must_end: bool,
+                 max_repeats: int | None = None):
         self.step_fn, self.state, self.memory = step_fn, state, memory
         self.K, self.eos, self.limits, self.length_penalty = beam_size, eos, limits, length_penalty
-        self.must_end = must_end
+        self.must_end, self.max_repeats = must_end, max_repeats
         self.keep_attention = keep_attention
         first = _first_tensor(state) if _first_tensor(state) is not None else _first_tensor(memory)
         self.device = device = first.device if first is not None else torch.device("cpu")
@@ -210,6 +215,12 @@ class _BeamSearch:
                 rows = last.repeat_interleave(log_probs.size(0) // n)  # (N,)
                 others = torch.arange(vocab, device=self.device) != self.eos  # (V,)
                 log_probs = log_probs.masked_fill(rows[:, None] & others[None, :], float("-inf"))
+        if self.max_repeats and self.history.size(1) >= self.max_repeats:  # (rows match log_probs once expanded)
+            recent = self.history[:, -self.max_repeats :]  # (N, R)
+            looping = (recent == recent[:, :1]).all(1)  # (N,): one token R times: only <eos> may follow
+            if looping.any():
+                others = torch.arange(vocab, device=self.device) != self.eos  # (V,)
+                log_probs = log_probs.masked_fill(looping[:, None] & others[None, :], float("-inf"))
         # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
         candidates = (self.scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
         top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted
@@ -269,6 +280,7 @@ def beam_search(
     return_attention: bool = True,
     memory: Any = None,
     must_end: bool = False,
+    max_repeats: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sequences with ``beam_size`` beams each, in one batch.
 
@@ -291,14 +303,20 @@ def beam_search(
             ``<eos>``, so every hypothesis ends within ``max_len`` steps and holds at most
             ``max_len - 1`` tokens; otherwise a sequence that never ends returns its best
             unfinished hypothesis of ``max_len`` tokens. (Default: ``False``)
+        max_repeats (int or None, optional): a hypothesis whose last ``max_repeats`` tokens
+            are all one token may only end (``<eos>``); ``None`` lets tokens repeat without
+            limit. At least 2. (Default: ``None``)
 
     Returns:
         list[list[Hypothesis]]: for each sequence, its best ``nbest`` hypotheses, best first.
     """
     if beam_size < 1 or batch_size < 1:
         raise ValueError(f"beam_size and batch_size must be >= 1, got {beam_size} and {batch_size}")
+    if max_repeats is not None and max_repeats < 2:
+        raise ValueError(f"max_repeats must be None or >= 2 (the tokens in a row that end a hypothesis), got {max_repeats}")
     limits = _per_sequence_limit(max_len, batch_size)
-    search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention, must_end)
+    search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention, must_end,
+                         max_repeats)
     for step in range(max(limits)):
         if not search.retire(step):
             break
@@ -332,11 +350,13 @@ def _first_tensor(nest: Any) -> torch.Tensor | None:
 
 @torch.no_grad()
 def greedy_search(
-    step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: int, max_len: int, memory: Any = None
+    step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: int, max_len: int, memory: Any = None,
+    max_repeats: int | None = None,
 ) -> list[list[int]]:
     """Arg-max decoding, the reference that ``beam_search(beam_size=1)`` must equal.
 
-    ``memory``, when given, is passed to ``step_fn`` as its third argument, as in :func:`beam_search`.
+    ``memory``, when given, is passed to ``step_fn`` as its third argument, and ``max_repeats``
+    ends a sequence whose last ``max_repeats`` tokens are one token, as in :func:`beam_search`.
 
     Returns:
         list[list[int]]: tokens of each sequence, without ``<sos>``/``<eos>``.
@@ -350,7 +370,8 @@ def greedy_search(
         tokens = log_probs.argmax(-1)
         for b, token in enumerate(tokens.tolist()):
             if alive[b]:
-                if token == eos:
+                repeats = max_repeats and len(outputs[b]) >= max_repeats and len(set(outputs[b][-max_repeats:])) == 1
+                if token == eos or repeats:  # a sequence that repeats one token may only end
                     alive[b] = False
                 else:
                     outputs[b].append(token)

@@ -35,11 +35,14 @@ class CaptionerConfig:
     beam_size: int = 5  # beams when writing a caption
     max_decode_length: int = 50  # most words of a written caption
     length_penalty: float = 0.0  # alpha of the beam search's length normalisation
+    max_repeats: int | None = 4  # a caption with one word this many times in a row can only end (twice what captions repeat); None = off
 
     def __post_init__(self):
         self.encoder, self.decoder = as_dataclass(EncoderConfig, self.encoder), as_dataclass(DecoderConfig, self.decoder)
         if self.beam_size < 1 or self.max_decode_length < 1:
             raise ValueError(f"beam_size and max_decode_length must be >= 1, got {self.beam_size} and {self.max_decode_length}")
+        if self.max_repeats is not None and self.max_repeats < 2:
+            raise ValueError(f"max_repeats must be None or at least 2 (words in a row), got {self.max_repeats}")
 
     @classmethod
     def from_hyper_parameters(cls, hparams: dict) -> "CaptionerConfig":
@@ -130,4 +133,5 @@ class Captioner(nn.Module):
         return beam_search(
             self.decoder.step, state, features.size(0), beam_size, self.vocabulary.sos_id, self.vocabulary.eos_id,
             max_length + 1, length_penalty=self.config.length_penalty, nbest=nbest, memory=memory, must_end=True,
+            max_repeats=self.config.max_repeats,
         )  # max_length words, then a step that can only end the caption

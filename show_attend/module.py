@@ -90,10 +90,13 @@ class CaptionerModule(AttendModule):
         beam_size (int): beams at validation and test. (Default: ``5``)
         max_decode_length (int): most words a decoded caption may have. (Default: ``50``)
         length_penalty (float): alpha of the beam search's length normalisation. (Default: ``0``)
+        max_repeats (int or None): a caption whose last ``max_repeats`` words are one word
+            repeated can only end; ``None`` turns the stop off. (Default: ``4``)
         meteor (bool): also compute METEOR (needs Java and the METEOR jar). (Default: ``False``)
     """
 
     app = "show-attend"
+    output_field, output_noun = "caption", "captions"  # what the collapse measures read and name
 
     def __init__(
         self,
@@ -108,12 +111,13 @@ class CaptionerModule(AttendModule):
         beam_size: int = 5,
         max_decode_length: int = 50,
         length_penalty: float = 0.0,
+        max_repeats: int | None = 4,
         meteor: bool = False,
     ):
         super().__init__()
         if not vocabulary:
             raise ValueError("the captioner needs a vocabulary (a list of words), normally linked from the data module")
-        config = CaptionerConfig(encoder, decoder, image_size, beam_size, max_decode_length, length_penalty)
+        config = CaptionerConfig(encoder, decoder, image_size, beam_size, max_decode_length, length_penalty, max_repeats)
         reinforce, optimizer = as_dataclass(ReinforceConfig, reinforce), as_dataclass(OptimizerConfig, optimizer)
         # Plain data only, so a checkpoint loads with torch.load(weights_only=True).
         self.save_hyperparameters(

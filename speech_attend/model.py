@@ -85,6 +85,11 @@ class DecodeConfig:
     max_chunk_seconds: float | None = None  # transcribe splits longer audio; None: set by fit to the longest training utterance
     lm_weight: float = 0.0  # weight of a language model's log-probability in the beam (shallow fusion; 0 = off), in [0, 2]
     length_bonus: float = 0.0  # added to the score for each character, offsetting the language model's preference for short outputs
+    max_repeats: int | None = 6  # a hypothesis with one character this many times in a row can only end (twice the longest run of one letter in English); None = off
+
+    def __post_init__(self):
+        if self.max_repeats is not None and self.max_repeats < 2:
+            raise ValueError(f"decoding.max_repeats must be None or at least 2 (characters in a row), got {self.max_repeats}")
 
 
 class LAS(nn.Module):
@@ -231,6 +236,7 @@ class LAS(nn.Module):
             results = beam_search(
                 scorers.step, scorers.initial_state(), batch, beam, sos, eos, max_len,
                 length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
+                max_repeats=config.max_repeats,
             )
         if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
             log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)

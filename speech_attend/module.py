@@ -68,6 +68,7 @@ class RecognizerModule(AttendModule):
     """
 
     app = "speech-attend"
+    output_field, output_noun = "text", "transcripts"  # what the collapse measures read and name
 
     def __init__(
         self,

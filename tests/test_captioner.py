@@ -241,7 +241,7 @@ def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
     with torch.no_grad():
         features = model.encode(_batch(datamodule, 6)["images"])
         memory, state = model.decoder.start(features)
-        greedy = greedy_search(lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10)
+        greedy = greedy_search(lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10, max_repeats=model.config.max_repeats)
     beam = model.generate(features, beam_size=1, max_length=10)
     assert [h.tokens for h in beam] == greedy
     assert all(h.attention.shape == (len(h.tokens), 16) for h in beam)

@@ -5,5 +5,6 @@ Pure functions of decoded outputs and references; nothing here knows Lightning o
 
 * :mod:`shared.evaluation.captions`: BLEU-1..4, ROUGE-L, CIDEr-D, METEOR, exact match;
 * :mod:`shared.evaluation.speech`: corpus WER and CER;
+* :mod:`shared.evaluation.collapse`: how varied the outputs are (distinct and looping shares);
 * :mod:`shared.evaluation.plots`: attention overlays, alignment plots, training curves.
 """

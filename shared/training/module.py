@@ -12,6 +12,10 @@ with), logs ``<stage>/<metric>``, and after ``test`` writes ``test_metrics.json`
 
 Validation during ``fit`` also logs ``val/fit_seconds``, the wall time the run has trained so
 far (a resumed run goes on counting), so runs can be compared at equal time, not equal steps.
+
+Every validation and test also logs ``<stage>/distinct_outputs`` and ``<stage>/looping_outputs``
+(:mod:`shared.evaluation.collapse`: the share of distinct outputs, and of outputs that repeat one
+word), and warns once per run, in words, when most inputs get the same output or most outputs loop.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
+from ..evaluation.collapse import collapse_warning, output_collapse
 from .model_files import CheckpointError, check_app_tag, model_tag
 from .writes import replacing
 
@@ -36,17 +41,20 @@ TEST_METRICS_FILE, TEST_OUTPUTS_FILE = "test_metrics.json", "test_outputs.jsonl"
 class AttendModule(pl.LightningModule):
     """Base class of the apps' LightningModules (see the module docstring).
 
-    Subclasses set ``app`` (``show-attend`` or ``speech-attend``) and keep their vocabulary in
-    ``hparams["vocabulary"]``.
+    Subclasses set ``app`` (``show-attend`` or ``speech-attend``), ``output_field`` and
+    ``output_noun``, and keep their vocabulary in ``hparams["vocabulary"]``.
     """
 
     app: ClassVar[str] = ""
+    output_field: ClassVar[str] = ""  # the record field holding an item's decoded text ("caption", "text")
+    output_noun: ClassVar[str] = "outputs"  # what the collapse warning calls the outputs ("captions")
 
     def __init__(self) -> None:
         super().__init__()
         self._records: dict[str, list[dict]] = {}
         self._fit_seconds_before = 0.0  # wall time of the fit before this process (a resumed run)
         self._fit_started: float | None = None
+        self._collapse_warned: set[str] = set()  # stages whose collapse was named already: once per run
 
     def fit_seconds(self) -> float:
         """Wall time this run has spent in ``fit``, across resumes."""
@@ -88,6 +96,7 @@ class AttendModule(pl.LightningModule):
         for name, value in metrics.items():
             if value is not None:  # equal on every rank (gathered), so the sync is exact
                 self.log(f"{stage}/{name}", float(value), prog_bar=True, sync_dist=True)
+        metrics.update(self._collapse(stage, records))
         loss = sum(record["loss"] for record in records) / len(records)  # each item once, whatever the ranks
         results = {**metrics, "loss": loss, "items": len(records)}
         if stage == "test":
@@ -95,6 +104,22 @@ class AttendModule(pl.LightningModule):
             if self.trainer.is_global_zero:
                 self._write_test_results(run_dir, results, records)
         return results
+
+    def _collapse(self, stage: str, records: list[dict]) -> dict[str, float]:
+        """Log the split's distinct and looping shares; name a collapse once per run (never in
+        the sanity check, whose model is untrained)."""
+        if not self.output_field:
+            return {}
+        collapse = output_collapse([record[self.output_field] for record in records])
+        shares = {"distinct_outputs": collapse.distinct_share, "looping_outputs": collapse.looping_share}
+        for name, value in shares.items():
+            self.log(f"{stage}/{name}", value, sync_dist=True)  # equal on every rank (gathered)
+        message = collapse_warning(collapse, "validation" if stage == "val" else stage, self.output_noun)
+        sanity = self._trainer is not None and self.trainer.sanity_checking
+        if message and not sanity and stage not in self._collapse_warned:
+            self._collapse_warned.add(stage)
+            rank_zero_warn(message)
+        return shares
 
     def _write_test_results(self, run_dir: Path, results: dict, records: list[dict]) -> None:
         lines = [json.dumps(self.output_line(record), ensure_ascii=False) + "\n" for record in records]
