@@ -11,7 +11,8 @@ with), logs ``<stage>/<metric>``, and after ``test`` writes ``test_metrics.json`
 ``test_outputs.jsonl`` into the run folder.
 
 Validation during ``fit`` also logs ``val/fit_seconds``, the wall time the run has trained so
-far (a resumed run goes on counting), so runs can be compared at equal time, not equal steps.
+far, and ``val/fit_cpu_seconds``, the processor time this process got for it (a resumed run goes
+on counting both), so runs can be compared at equal time or equal compute, not equal steps.
 
 Every validation and test also logs ``<stage>/distinct_outputs`` and ``<stage>/looping_outputs``
 (:mod:`shared.evaluation.collapse`: the share of distinct outputs, and of outputs that repeat one
@@ -53,13 +54,19 @@ class AttendModule(pl.LightningModule):
         super().__init__()
         self._records: dict[str, list[dict]] = {}
         self._fit_seconds_before = 0.0  # wall time of the fit before this process (a resumed run)
-        self._fit_started: float | None = None
+        self._fit_cpu_seconds_before = 0.0  # and its processor time
+        self._fit_started: tuple[float, float] | None = None  # (wall, processor) clocks at this process's start
         self._collapse_warned: set[str] = set()  # stages whose collapse was named already: once per run
 
     def fit_seconds(self) -> float:
         """Wall time this run has spent in ``fit``, across resumes."""
-        running = 0.0 if self._fit_started is None else time.monotonic() - self._fit_started
+        running = 0.0 if self._fit_started is None else time.monotonic() - self._fit_started[0]
         return self._fit_seconds_before + running
+
+    def fit_cpu_seconds(self) -> float:
+        """Processor time (all threads of this process) this run has spent in ``fit``, across resumes."""
+        running = 0.0 if self._fit_started is None else time.process_time() - self._fit_started[1]
+        return self._fit_cpu_seconds_before + running
 
     # ------------------------------------------------------------------ the app's part
 
@@ -137,12 +144,13 @@ class AttendModule(pl.LightningModule):
         self._records.pop("test", None)
 
     def on_fit_start(self) -> None:
-        self._fit_started = time.monotonic()
+        self._fit_started = (time.monotonic(), time.process_time())
 
     def on_validation_epoch_end(self) -> None:
         results = self._finish_evaluation("val")
         if results and self._fit_started is not None and not self.trainer.sanity_checking:
             self.log("val/fit_seconds", self.fit_seconds(), sync_dist=True)
+            self.log("val/fit_cpu_seconds", self.fit_cpu_seconds(), sync_dist=True)
 
     def on_test_epoch_end(self) -> None:
         self._finish_evaluation("test")
@@ -151,11 +159,12 @@ class AttendModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint.update(model_tag(self.app))
-        checkpoint["fit_seconds"] = self.fit_seconds()
+        checkpoint["fit_seconds"], checkpoint["fit_cpu_seconds"] = self.fit_seconds(), self.fit_cpu_seconds()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_app_tag(checkpoint, self.app, "--ckpt_path")
         self._fit_seconds_before = float(checkpoint.get("fit_seconds", 0.0))
+        self._fit_cpu_seconds_before = float(checkpoint.get("fit_cpu_seconds", 0.0))
         saved = (checkpoint.get("hyper_parameters") or {}).get("vocabulary")
         ours = self.hparams.get("vocabulary")
         if saved is not None and ours is not None and list(saved) != list(ours):
