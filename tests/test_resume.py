@@ -255,6 +255,11 @@ def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights
     assert _global_step(last) == 4 and not (run / "version_1").exists()  # the run went on in its own folder
     _assert_same_weights(straight / "version_0" / "checkpoints" / "last.ckpt", last)
     assert _train_losses(run / "version_0") == _train_losses(straight / "version_0")
+    # The run's wall and processor time go on counting across the resume (checked on the validations' rows).
+    seconds, cpu = (_train_losses(run / "version_0", name) for name in ("val/fit_seconds", "val/fit_cpu_seconds"))
+    assert len(seconds) == len(cpu) == 2 and 0 < seconds[0] < seconds[1] and 0 < cpu[0] < cpu[1]
+    saved = torch.load(last, map_location="cpu", weights_only=True)
+    assert saved["fit_seconds"] >= seconds[1] and saved["fit_cpu_seconds"] >= cpu[1]
 
 
 def test_recognizer_killed_mid_epoch_resumes_and_its_training_continues(tiny_synth, tmp_path):
