@@ -138,17 +138,21 @@ def test_without_a_ctc_head_a_chunk_the_speller_is_unsure_of_has_no_words():
 
 
 def test_beam_search_token_scores_are_each_tokens_log_probability():
-    table = torch.randn(6, 6, generator=torch.Generator().manual_seed(1)).log_softmax(-1)  # next token given the last
+    # Each sequence b has its own table of next-token log-probabilities given the last token; the
+    # state carries b. The four end at different steps, so done ones leave the batch (compaction).
+    tables = torch.randn(4, 6, 6, generator=torch.Generator().manual_seed(1)).log_softmax(-1)  # (B, V, V)
 
     def step(tokens, state):
-        return table[tokens], state, None
+        return tables[state[:, 0], tokens], state, None
 
-    for hyp in beam_search(step, torch.zeros(1, 1), 1, 3, sos=0, eos=1, max_len=8, nbest=3)[0]:
-        previous = [0, *hyp.tokens]
-        expected = [float(table[a, b]) for a, b in zip(previous, hyp.tokens)]
-        assert hyp.token_scores == pytest.approx(expected, abs=1e-5)
-        eos = float(table[previous[-1], 1]) if hyp.finished else 0.0
-        assert sum(hyp.token_scores) + eos == pytest.approx(hyp.score, abs=1e-4)
+    results = beam_search(step, torch.arange(4)[:, None], 4, 3, sos=0, eos=1, max_len=torch.tensor([2, 3, 8, 12]), nbest=3)
+    for b, hyps in enumerate(results):
+        for hyp in hyps:
+            previous = [0, *hyp.tokens]
+            expected = [float(tables[b, a, t]) for a, t in zip(previous, hyp.tokens)]
+            assert hyp.token_scores == pytest.approx(expected, abs=1e-5)
+            eos = float(tables[b, previous[-1], 1]) if hyp.finished else 0.0
+            assert sum(hyp.token_scores) + eos == pytest.approx(hyp.score, abs=1e-4)
 
 
 # ----------------------------------------------------------------------------- transcribe
