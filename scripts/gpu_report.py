@@ -130,8 +130,8 @@ def cpu_figures(app: str, benchmarks: Path) -> dict:
     return found
 
 
-def gpu_figures(app: str, results: dict) -> dict:
-    """The same figures from a benchmark's JSON line."""
+def measured_figures(app: str, results: dict) -> dict:
+    """The same figures from a benchmark's JSON line (this machine's)."""
     train, beam = results["train_step"], results["beam"]["fp32"]
     figures = {"beam_batched_fp32_s": beam["batched_seconds"], "beam_one_at_a_time_fp32_s": beam["one_at_a_time_seconds"]}
     if app == "captioner":
@@ -143,16 +143,16 @@ def gpu_figures(app: str, results: dict) -> dict:
 
 
 def bench_report(app: str, output: Path, benchmarks: Path) -> dict:
-    """The benchmark's last JSON line, and each figure's CPU time over its GPU time."""
+    """The benchmark's last JSON line, and each figure's CPU time (docs) over this machine's."""
     lines = [line for line in output.read_text().splitlines() if line.startswith("{")] if output.is_file() else []
     if not lines:
         return {"ok": False, "why": f"no JSON line in {output}"}
     results = json.loads(lines[-1])
-    gpu, cpu = gpu_figures(app, results), cpu_figures(app, benchmarks)
-    speedups = {name: round(cpu[name] / seconds, 2) for name, seconds in gpu.items() if name in cpu and seconds > 0}
+    measured, cpu = measured_figures(app, results), cpu_figures(app, benchmarks)
+    speedups = {name: round(cpu[name] / seconds, 2) for name, seconds in measured.items() if name in cpu and seconds > 0}
     beam = results["beam"]
-    return {"ok": True, "machine": results["machine"], "quick": results["quick"], "gpu": {k: round(v, 4) for k, v in gpu.items()},
-            "cpu_docs": cpu, "cpu_over_gpu": speedups,
+    return {"ok": True, "machine": results["machine"], "quick": results["quick"], "seconds": {k: round(v, 4) for k, v in measured.items()},
+            "cpu_docs_seconds": cpu, "cpu_docs_over_this": speedups,
             "speedup_batched_beam": {p: round(beam[p]["speedup_batched_beam"], 2) for p in ("fp32", "bf16")},
             "matmul_gflop_per_s": {"fp32": round(results["matmul_gflop_per_s"]), "bf16": round(results["matmul_gflop_per_s_bf16"])}}
 
