@@ -4,7 +4,7 @@
 #
 # Here, once:        bash scripts/fetch_gpu_wheels.sh        (the wheels the GPU image lacks, into .whl/)
 # The device call:   run, carry [".whl"], timeout_s 480, command: bash scripts/gpu_check.sh
-# Rehearsal on a CPU (toy sizes, every stage and file; a few minutes):
+# Rehearsal on a CPU (toy sizes, every stage and file):
 #   OUT=/tmp/gpu_check_out PYTHON=/tmp/gpuvenv/bin/python3 GPU_CHECK_DEVICE=cpu GPU_CHECK_TINY=1 \
 #     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu_check.sh        (GPU_CHECK_SCALE=N: every limit N times longer)
 #
@@ -66,7 +66,7 @@ run_stage() {
   return $rc
 }
 
-say "gpu_check on $(hostname) at $(date -u +%FT%TZ): device $DEVICE, tiny $TINY, budget $(( BUDGET * SCALE )) s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "gpu_check on $(uname -n) at $(date -u +%FT%TZ): device $DEVICE, tiny $TINY, budget $(( BUDGET * SCALE )) s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if ! $PY -c "import jsonargparse, jiwer, soundfile, espeakng_loader" 2>/dev/null; then
   [ -d .whl ] || { say "missing packages and no .whl/ folder: run scripts/fetch_gpu_wheels.sh here first"; exit 2; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl 2>&1 | tee -a "$LOG"

