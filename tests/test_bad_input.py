@@ -665,7 +665,8 @@ def test_transcribe_of_silence_gives_a_line_and_no_error(speech_run, tmp_path, c
     capsys.readouterr()
     assert speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), "--json", str(path)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result == {"audio": str(path), "text": "", "duration_s": 2.0, "chunks": 1}
+    assert {k: result[k] for k in ("audio", "text", "duration_s", "chunks")} == {"audio": str(path), "text": "", "duration_s": 2.0, "chunks": 1}
+    assert [(s["no_speech"], s["words"]) for s in result["segments"]] == [(True, [])]
 
 
 def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
@@ -677,7 +678,7 @@ def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
     sf.write(path, np.concatenate([speech, quiet_room]), rate)
     transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=4)
     decoded, decode = [], transcriber.model.decode
-    transcriber.model.decode = lambda waves, lengths, *args: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args)
+    transcriber.model.decode = lambda waves, lengths, *args, **kwargs: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
     result = transcriber.transcribe(path)
     assert result.chunks >= 5 and len(decoded) == 1  # the chunk holding the speech, none of the silent ones
     assert decoded[0] >= len(speech) and result.alignment.size(1) >= result.chunks
@@ -691,7 +692,7 @@ def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_ru
     sf.write(path, np.concatenate([np.zeros(rate), speech]), rate)  # 1 s of silence first
     transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=60)
     decoded, decode = [], transcriber.model.decode
-    transcriber.model.decode = lambda waves, lengths, *args: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args)
+    transcriber.model.decode = lambda waves, lengths, *args, **kwargs: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
     result = transcriber.transcribe(path)
     assert result.chunks == 1 and decoded[0] <= len(speech)  # the silence was not decoded
     frames_per_second = 1 / transcriber.model.frame_seconds
@@ -710,7 +711,7 @@ def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their
     transcriber = Transcriber(speech_run["ckpt"])
     alone = {path: transcriber.transcribe(path).text for path in good}
     calls, decode = [], transcriber.model.decode
-    transcriber.model.decode = lambda waves, *args: calls.append(waves.size(0)) or decode(waves, *args)
+    transcriber.model.decode = lambda waves, *args, **kwargs: calls.append(waves.size(0)) or decode(waves, *args, **kwargs)
     together = list(transcriber.transcribe_many(paths))
     assert len(calls) == 1 and calls[0] >= 5  # the five files' chunks in one batch
     assert [type(r).__name__ for r in together] == ["Transcript", "Transcript", "AudioError", "Transcript", "Transcript", "Transcript"]
