@@ -16,6 +16,7 @@ import pytest
 from shared.evaluation.speech import char_error_rate
 from shared.training.model_files import load_model_files
 from speech_attend.cli import main as speech_attend
+from speech_attend.lm import LM_FILES
 from speech_attend.transcribe import SHIPPED_MODEL, Transcriber
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,11 +25,12 @@ EXPECTED = json.loads((CLIPS / "expected.json").read_text())
 MAX_MODEL_BYTES = 25 * 1024 * 1024
 
 
-def test_the_shipped_recognizer_is_a_small_attend_model_folder():
+def test_the_shipped_recognizer_is_a_small_attend_model_folder_with_its_language_model():
     files = sorted(p.name for p in SHIPPED_MODEL.iterdir())
-    assert files == ["config.json", "model.safetensors"], files
-    size = sum(p.stat().st_size for p in SHIPPED_MODEL.iterdir())
-    assert size <= MAX_MODEL_BYTES, f"models/speech_attend is {size / 2**20:.1f} MiB, over the 25 MiB a shipped model may take"
+    assert files == ["config.json", "lm.json", "lm.safetensors", "model.safetensors"], files
+    for part, names in (("the recognizer", ("config.json", "model.safetensors")), ("its language model", LM_FILES)):
+        size = sum((SHIPPED_MODEL / name).stat().st_size for name in names)
+        assert size <= MAX_MODEL_BYTES, f"{part} in models/speech_attend is {size / 2**20:.1f} MiB, over the 25 MiB it may take"
     config = json.loads((SHIPPED_MODEL / "config.json").read_text())
     assert (config["format"], config["app"]) == ("attend/1", "speech-attend")
     assert load_model_files(SHIPPED_MODEL, "speech-attend").state_dict  # safetensors: no pickled code to run
@@ -36,6 +38,7 @@ def test_the_shipped_recognizer_is_a_small_attend_model_folder():
 
 def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
     transcriber = Transcriber(SHIPPED_MODEL)
+    assert transcriber.lm is not None and transcriber.decoding.lm_weight > 0  # it decodes with its language model
     clips = sorted(EXPECTED["speech_attend"])
     assert len(clips) >= 2
     written = {name: transcriber.transcribe(CLIPS / name).text for name in clips}
