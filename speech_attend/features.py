@@ -24,6 +24,8 @@ from torchaudio.transforms import MelSpectrogram
 
 from shared import lengths_to_mask
 
+from .audio import MAX_AMPLITUDE
+
 __all__ = ["FeatureConfig", "remove_dc", "speech_level", "normalise_level", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
 
 # Models saved before the DC and level steps existed: their configs lack these fields, and they
@@ -291,8 +293,12 @@ class FeatureFrontend(nn.Module):
         return waveforms
 
     def _logmel(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # A non-finite sample is refused by LogMel's check, not spread over the utterance by the steps.
+        # A non-finite sample is refused by LogMel's check, not spread over the utterance by the steps;
+        # samples far past full scale are refused here, before the level step would hide them.
         if bool(torch.isfinite(waveforms).all()):
+            peak = float(waveforms.abs().max()) if waveforms.numel() else 0.0
+            if peak > MAX_AMPLITUDE:
+                raise ValueError(f"samples reach {peak:.3g}, past {MAX_AMPLITUDE:g}; expected audio in about [-1, 1]")
             waveforms = self.condition(waveforms, lengths)
         return self.logmel(waveforms, lengths)
 

@@ -290,5 +290,5 @@ def test_the_front_end_refuses_waveforms_with_nan_inf_or_overflowing_samples():
     waves[1, 10], waves[1, 20] = float("nan"), float("inf")
     with pytest.raises(ValueError, match=r"waveforms hold 2 NaN or infinite samples \(batch rows \[1\]\)"):
         frontend(waves, lengths)
-    with pytest.raises(ValueError, match=r"log-mel power overflows: samples reach 1e\+20"):
+    with pytest.raises(ValueError, match=r"samples reach 1e\+20, past 1000; expected audio in about"):
         frontend(torch.full((1, 8000), 1e20), torch.tensor([8000]))

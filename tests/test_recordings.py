@@ -136,3 +136,27 @@ def test_a_file_too_quiet_to_use_is_named_in_a_warning(random_model, tiny_synth,
     assert str(quiet) in lines[0] and "very quiet recording" in lines[0] and "dBFS" in lines[0]
     assert str(room) in lines[1] and "no speech found" in lines[1]
     assert f"{room}: \n" in out or out.rstrip().endswith(f"{room}:")  # no invented words for room noise
+
+
+def test_a_loud_steady_hiss_or_hum_is_no_speech_but_speech_in_babble_is(tiny_synth):
+    generator = torch.Generator().manual_seed(1)
+    hiss = torch.randn(5 * RATE, generator=generator) * 0.1  # white noise at -20 dBFS
+    hum = 0.1 * sum(torch.sin(2 * torch.pi * 50 * k * torch.arange(5 * RATE) / RATE) / k for k in (1, 2, 3))
+    assert is_silent(hiss, RATE) and is_silent(hum, RATE)
+    speech = torch.tensor(_speech(tiny_synth), dtype=torch.float32)
+    others = torch.randn(speech.numel(), generator=generator)
+    noisy = speech + others * speech.square().mean().sqrt() * _dbfs_gain(-10)  # 10 dB SNR
+    assert not is_silent(speech, RATE) and not is_silent(noisy, RATE)
+
+
+def test_an_offset_neither_hides_speech_nor_its_pauses(random_model, tiny_synth, tmp_path):
+    speech = _speech(tiny_synth)
+    assert not is_silent(torch.tensor(0.5 * speech + 0.4, dtype=torch.float32), RATE)
+    joined = np.concatenate([speech, np.zeros(RATE), speech, np.zeros(RATE), speech])
+    paths = [tmp_path / "plain.wav", tmp_path / "offset.wav"]
+    sf.write(paths[0], joined.astype(np.float32), RATE, subtype="FLOAT")
+    sf.write(paths[1], (0.5 * joined + 0.3).astype(np.float32), RATE, subtype="FLOAT")
+    transcriber = Transcriber(random_model, max_chunk_seconds=len(speech) / RATE + 0.5)
+    plain, offset = transcriber.transcribe_many(paths)
+    assert plain.chunks >= 3 and offset.chunks == plain.chunks  # cut at the same pauses
+    assert [seg.start for seg in offset.segments] == [seg.start for seg in plain.segments]
