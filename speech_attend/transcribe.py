@@ -66,7 +66,6 @@ NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothin
 QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
 _QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
 _STEADY_DB = 10.0  # frame power spread (10th to 95th percentile) under this is steady noise: speech rises and falls more
-_FLAT_DB = 4.0  # at any level, a chunk whose frame power spreads less than this is a steady sound (hiss, hum), not speech
 
 
 def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu"):
@@ -274,18 +273,17 @@ def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | 
 
     It does not when its loudest 10 ms frame (RMS, full scale 1.0) is under ``NO_SIGNAL_DBFS``
     (nothing there), more than 45 dB under ``reference_dbfs`` (the loudest frame of the file it
-    comes from: a quiet stretch between speech), under ``SILENCE_DBFS`` while its frame power
-    stays within 10 dB (steady room noise; speech rises and falls by far more), or, at any level,
-    while its frame power stays within 4 dB (a steady hiss or hum: the chunks of speech of every
-    dev group, babble at 10 dB SNR included, spread by far more: docs/BENCHMARKS.md).
+    comes from: a quiet stretch between speech), or under ``SILENCE_DBFS`` while its frame power
+    stays within 10 dB (steady room noise; speech rises and falls by far more).
     """
     power = _frame_power(waveform - waveform.mean(), _hop(sample_rate))  # (F,), without a DC offset
     loudest = _dbfs(power.max())
     if loudest < NO_SIGNAL_DBFS or (reference_dbfs is not None and loudest < reference_dbfs + _QUIET_STRETCH_DB):
         return True
+    if loudest >= SILENCE_DBFS:
+        return False
     low, high = torch.quantile(power, torch.tensor([0.1, 0.95]))
-    spread = _dbfs(high) - _dbfs(low)
-    return spread < (_FLAT_DB if loudest >= SILENCE_DBFS else _STEADY_DB)
+    return _dbfs(high) - _dbfs(low) < _STEADY_DB
 
 
 def _dbfs(power: torch.Tensor) -> float:

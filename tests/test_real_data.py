@@ -82,7 +82,10 @@ def coco(tmp_path_factory) -> Path:
 def _fit_test_resume(config: str, data: Path, weights: Path, root: Path, cache: Path | None) -> dict:
     """The config's documented sequence: fit, test, fit --ckpt_path last (two more steps)."""
     common = ["--config", str(ROOT / config), "--data.data_dir", str(data), "--model.encoder.weights_path", str(weights),
-              "--trainer.default_root_dir", str(root), *SMALL, "--data.feature_cache", str(cache) if cache else "null"]
+              "--trainer.default_root_dir", str(root), *SMALL, "--data.feature_cache", str(cache) if cache else "null",
+              # float16 cached features move an untrained model's scores by rounding; the repeat stop would turn
+              # such a tie into another caption, and this test compares the cache, not decoding
+              "--model.max_repeats", "null"]
     assert show_attend(["fit", *common, "--trainer.max_steps", "3"]) == 0
     assert show_attend(["test", *common, "--ckpt_path", "last"]) == 0
     metrics = json.loads((root / "version_0" / "test_metrics.json").read_text())
