@@ -65,6 +65,7 @@ SILENCE_DBFS = -50.0  # a chunk under this at its loudest 10 ms that is also ste
 NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothing but rounding noise
 QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
 _QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
+_OFFSET = 1e-3  # a mean sample over this (-60 dBFS) is a DC offset, removed before cutting and the silence test
 _STEADY_DB = 10.0  # frame power spread (10th to 95th percentile) under this is steady noise: speech rises and falls more
 
 
@@ -276,7 +277,7 @@ def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | 
     comes from: a quiet stretch between speech), or under ``SILENCE_DBFS`` while its frame power
     stays within 10 dB (steady room noise; speech rises and falls by far more).
     """
-    power = _frame_power(waveform - waveform.mean(), _hop(sample_rate))  # (F,), without a DC offset
+    power = _frame_power(_without_offset(waveform), _hop(sample_rate))  # (F,)
     loudest = _dbfs(power.max())
     if loudest < NO_SIGNAL_DBFS or (reference_dbfs is not None and loudest < reference_dbfs + _QUIET_STRETCH_DB):
         return True
@@ -284,6 +285,12 @@ def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | 
         return False
     low, high = torch.quantile(power, torch.tensor([0.1, 0.95]))
     return _dbfs(high) - _dbfs(low) < _STEADY_DB
+
+
+def _without_offset(waveform: torch.Tensor) -> torch.Tensor:
+    """``waveform`` `(N,)` less its mean when that is a real offset (over -60 dBFS); other audio as it is."""
+    mean = waveform.mean() if waveform.numel() else waveform.new_zeros(())
+    return waveform - mean if float(mean.abs()) > _OFFSET else waveform
 
 
 def _dbfs(power: torch.Tensor) -> float:
@@ -420,7 +427,7 @@ class Transcriber:
     def _prepare(self, audio_path: str | os.PathLike) -> _File:
         """Read a file and cut it into chunks; which chunks are silent."""
         wave = load_audio(audio_path, self.sample_rate)  # (N,)
-        wave = wave - wave.mean()  # a DC offset would hide the pauses and the rise and fall of speech
+        wave = _without_offset(wave)  # a DC offset would hide the pauses and the rise and fall of speech
         if wave.numel() < self.model.min_samples():
             raise ValueError(
                 f"{audio_path}: audio of {wave.numel() / self.sample_rate:.3f} s is shorter than one listener frame; "
