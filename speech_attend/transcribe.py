@@ -65,7 +65,7 @@ SILENCE_DBFS = -50.0  # a chunk under this at its loudest 10 ms that is also ste
 NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothing but rounding noise
 QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
 _QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
-_OFFSET = 1e-3  # a mean sample over this (-60 dBFS) is a DC offset, removed before cutting and the silence test
+_OFFSET = 1e-2  # a mean sample over this (-40 dBFS) is a DC offset, removed before cutting and the silence test
 _STEADY_DB = 10.0  # frame power spread (10th to 95th percentile) under this is steady noise: speech rises and falls more
 
 
@@ -288,7 +288,8 @@ def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | 
 
 
 def _without_offset(waveform: torch.Tensor) -> torch.Tensor:
-    """``waveform`` `(N,)` less its mean when that is a real offset (over -60 dBFS); other audio as it is."""
+    """``waveform`` `(N,)` less its mean when that is a real offset (over -40 dBFS); other audio as it
+    is: subtracting a recording's own small mean would put an offset into its digital silence."""
     mean = waveform.mean() if waveform.numel() else waveform.new_zeros(())
     return waveform - mean if float(mean.abs()) > _OFFSET else waveform
 
