@@ -209,18 +209,17 @@ class _BeamSearch:
         else:
             log_probs, self.state, attention = self.step_fn(self.tokens, self.state, self.memory)
         vocab = log_probs.size(-1)
-        if self.must_end:  # a sequence's last step may only end it: <eos> keeps its own probability
+        ending = None  # (N,): rows that may only end, <eos> keeping its own probability
+        if self.must_end:  # a sequence's last step
             last = torch.tensor([self.limits[b] == step + 1 for b in self.active], device=self.device)  # (B',)
-            if last.any():
-                rows = last.repeat_interleave(log_probs.size(0) // n)  # (N,)
-                others = torch.arange(vocab, device=self.device) != self.eos  # (V,)
-                log_probs = log_probs.masked_fill(rows[:, None] & others[None, :], float("-inf"))
+            ending = last.repeat_interleave(log_probs.size(0) // n)  # (N,)
         if self.max_repeats and self.history.size(1) >= self.max_repeats:  # (rows match log_probs once expanded)
             recent = self.history[:, -self.max_repeats :]  # (N, R)
-            looping = (recent == recent[:, :1]).all(1)  # (N,): one token R times: only <eos> may follow
-            if looping.any():
-                others = torch.arange(vocab, device=self.device) != self.eos  # (V,)
-                log_probs = log_probs.masked_fill(looping[:, None] & others[None, :], float("-inf"))
+            looping = (recent == recent[:, :1]).all(1)  # (N,): one token R times
+            ending = looping if ending is None else ending | looping
+        if ending is not None and ending.any():
+            not_eos = torch.arange(vocab, device=self.device) != self.eos  # (V,)
+            log_probs = log_probs.masked_fill(ending[:, None] & not_eos[None, :], float("-inf"))
         # (B', K, 1) + (B', K or 1, V): before the first expansion every beam reads its sequence's row.
         candidates = (self.scores.view(n, K, 1) + log_probs.float().view(n, -1, vocab)).view(n, K * vocab)  # (B', K*V)
         top_scores, top_ids = candidates.topk(min(2 * K, K * vocab), dim=1)  # (B', 2K), sorted

@@ -233,16 +233,22 @@ def test_mlp_scores_built_in_blocks_equal_the_tanh_formula_at_once(kind, monkeyp
     torch.testing.assert_close(score(query, projected, prev), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["additive", "location"])
-def test_mlp_scores_backward_equals_the_gradients_of_the_tanh_formula(kind, monkeypatch):
-    import shared.kernels
-
+def _double_mlp_case(kind: str):
+    """An MLP score in float64 with queries `(7, 3, 8)`, keys `(7, 9, 6)`, previous weights and an upstream gradient."""
     torch.manual_seed(0)
     score = build_score(kind, 8, 6, 5).double()
     query = torch.randn(7, 3, 8, dtype=torch.double, requires_grad=True)
     keys = torch.randn(7, 9, 6, dtype=torch.double, requires_grad=True)
     prev = torch.softmax(torch.randn(7, 3, 9, dtype=torch.double), -1).requires_grad_()
     upstream = torch.randn(7, 3, 9, dtype=torch.double)
+    return score, query, keys, prev, upstream
+
+
+@pytest.mark.parametrize("kind", ["additive", "location"])
+def test_mlp_scores_backward_equals_the_gradients_of_the_tanh_formula(kind, monkeypatch):
+    import shared.kernels
+
+    score, query, keys, prev, upstream = _double_mlp_case(kind)
 
     def gradients(scores):
         inputs = [query, keys, *([prev] if kind == "location" else []), *score.parameters()]
@@ -274,12 +280,7 @@ def test_mlp_scores_backward_under_bf16_autocast_gives_finite_gradients_of_each_
 def test_the_fused_mlp_kernel_and_the_plain_formula_give_the_same_values_and_gradients(kind):
     from shared.kernels import fused_enabled, use_fused
 
-    torch.manual_seed(0)
-    score = build_score(kind, 8, 6, 5).double()
-    query = torch.randn(7, 3, 8, dtype=torch.double, requires_grad=True)
-    keys = torch.randn(7, 9, 6, dtype=torch.double, requires_grad=True)
-    prev = torch.softmax(torch.randn(7, 3, 9, dtype=torch.double), -1).requires_grad_()
-    upstream = torch.randn(7, 3, 9, dtype=torch.double)
+    score, query, keys, prev, upstream = _double_mlp_case(kind)
 
     def run(fused: bool):
         with use_fused(fused):
