@@ -13,7 +13,13 @@ in this order:
    batch), at an SNR measured on the utterance's active speech;
 5. channel: a telephone band (300 to 3400 Hz), or a low sample rate (down to 8 kHz and back);
 6. gain (down to -50 dB: a microphone set far too low) and a constant offset (DC, as cheap sound
-   cards add), then scaling down (never clipping) any utterance whose peak would exceed 1.
+   cards add), then scaling down (never clipping) any utterance whose peak would exceed 1;
+7. bit depth: rounding to the sample grid of an 8- to 16-bit file, which is what a quiet 16-bit
+   recording loses (at -50 dB its speech spans a few hundred of the 65,536 steps).
+
+Besides, a few utterances are replaced by a sound that holds no speech (coloured noise, mains hum,
+a melody of tones, a noise floor) and their transcript by the empty one: a recognizer that never
+met such a sound writes words for it, since the front end brings every input up to speech level.
 
 Dev and test data never pass through here: :class:`AugmentedCollate` wraps only the training
 loader's collate function. SpecAugment, on the features, stays in :mod:`speech_attend.features`.
@@ -46,12 +52,16 @@ __all__ = [
     "add_noise",
     "telephone_band",
     "low_sample_rate",
+    "quantize",
+    "non_speech",
 ]
 
 _FRAME_SECONDS = 0.01
 _ACTIVE_DB = -40.0  # a frame within 40 dB of the speech level (95th percentile frame) is active speech
 _NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f**beta
-_CHANCES = ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob", "dc_prob")
+_CHANCES = ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob", "dc_prob",
+            "quantize_prob", "non_speech_prob")
+_NON_SPEECH = ("noise", "hum", "tones", "floor")
 
 
 @dataclass
@@ -78,6 +88,10 @@ class AugmentConfig:
     gain_db: tuple[float, float] = (-50.0, 6.0)  # level change
     dc_prob: float = 0.2  # chance of a constant offset
     dc_offset: tuple[float, float] = (-0.3, 0.3)  # added to every sample, full scale 1.0
+    quantize_prob: float = 0.0  # chance of rounding to the sample grid of a file
+    quantize_bits: tuple[int, int] = (8, 16)  # its bit depth, drawn uniformly
+    non_speech_prob: float = 0.0  # chance that an utterance becomes a sound without speech, transcript ""
+    non_speech_dbfs: tuple[float, float] = (-60.0, -10.0)  # RMS of that sound
     start_step: int = 0  # training steps on clean audio first (the alignment forms faster there)
     ramp_steps: int = 0  # then every chance above grows linearly to its value over this many steps
 
@@ -86,7 +100,7 @@ class AugmentConfig:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
         for name in ("speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds", "direct_to_reverb_db", "snr_db",
-                     "babble_talkers", "telephone_band", "gain_db", "dc_offset"):
+                     "babble_talkers", "telephone_band", "gain_db", "dc_offset", "quantize_bits", "non_speech_dbfs"):
             low, high = getattr(self, name)
             if low > high:
                 raise ValueError(f"{name} must be (low, high) with low <= high, got {getattr(self, name)}")
@@ -94,6 +108,8 @@ class AugmentConfig:
             raise ValueError(f"speed factors and RT60 must be positive, silence >= 0 and babble talkers >= 1, got {self}")
         if not -1.0 < self.dc_offset[0] and self.dc_offset[1] < 1.0:
             raise ValueError(f"dc_offset must lie inside (-1, 1), got {self.dc_offset}")
+        if not 2 <= self.quantize_bits[0] and self.quantize_bits[1] <= 24:
+            raise ValueError(f"quantize_bits must lie in [2, 24], got {self.quantize_bits}")
         if not 0 < self.telephone_band[0] < self.telephone_band[1]:
             raise ValueError(f"telephone_band must be (low, high) Hz with 0 < low < high, got {self.telephone_band}")
         if not self.low_rates or any(r <= 0 for r in self.low_rates):
@@ -257,6 +273,36 @@ def low_sample_rate(wave: torch.Tensor, sample_rate: int, low_rate: int) -> torc
     return torch.nn.functional.pad(back, (0, wave.numel() - back.numel()))
 
 
+def quantize(wave: torch.Tensor, bits: int) -> torch.Tensor:
+    """``wave`` `(T,)` in [-1, 1] rounded to the ``2 ** bits`` levels of a ``bits``-bit file: `(T,)`."""
+    steps = 2 ** (bits - 1)
+    return (wave * steps).round().clamp(-steps, steps - 1) / steps
+
+
+def non_speech(length: int, kind: str, rms_dbfs: float, sample_rate: int = 16000, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A sound without speech `(length,)` at ``rms_dbfs`` RMS: ``noise`` (white, pink or brown),
+    ``hum`` (50 or 60 Hz and two harmonics), ``tones`` (a melody of quarter-second notes over two
+    octaves, three harmonics each) or ``floor`` (white noise 40 dB lower)."""
+    if kind not in _NON_SPEECH:
+        raise ValueError(f"kind must be one of {', '.join(_NON_SPEECH)}, got {kind!r}")
+    t = torch.arange(length) / sample_rate
+    if kind == "noise":
+        wave = coloured_noise(length, list(_NOISE_COLOURS)[_pick(len(_NOISE_COLOURS), generator)], generator)
+    elif kind == "hum":
+        mains = 50.0 if _chance(0.5, generator) else 60.0
+        wave = sum(torch.sin(2 * math.pi * mains * k * t) / k for k in (1, 2, 3))
+    elif kind == "tones":
+        note = sample_rate // 4
+        pitches = 220.0 * 2 ** (torch.randint(24, (length // note + 1,), generator=generator) / 12)  # (notes,)
+        pitch = pitches.repeat_interleave(note)[:length]  # (T,)
+        within = (torch.arange(length) % note) / sample_rate
+        wave = sum(torch.sin(2 * math.pi * pitch * k * within) / k for k in (1, 2, 3)) * torch.exp(-3 * within)
+    else:
+        wave, rms_dbfs = torch.randn(length, generator=generator), rms_dbfs - 40
+    wave = wave / wave.pow(2).mean().sqrt().clamp_min(1e-12)
+    return wave * 10 ** (rms_dbfs / 20)
+
+
 def _noise(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: AugmentConfig, generator) -> torch.Tensor:
     others = [w for j, w in enumerate(clean) if j != index]
     if others and _chance(config.babble_prob, generator):
@@ -289,7 +335,22 @@ def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, conf
         wave = wave + _uniform(config.dc_offset, generator)
     wave = torch.nan_to_num(wave, nan=0.0, posinf=0.0, neginf=0.0)
     peak = float(wave.abs().max()) if wave.numel() else 0.0
-    return wave / peak if peak > 1.0 else wave  # scaled, not clipped
+    wave = wave / peak if peak > 1.0 else wave  # scaled, not clipped
+    if _chance(config.quantize_prob, generator):
+        low, high = config.quantize_bits
+        wave = quantize(wave, low + _pick(high - low + 1, generator))
+    return wave
+
+
+def _without_speech(waveforms: torch.Tensor, lengths: torch.Tensor, config: AugmentConfig, rate: int, generator) -> list[int]:
+    """Replace some utterances of ``waveforms`` `(B, N)` in place by sounds without speech, of the
+    same length; the indices replaced."""
+    replaced = [i for i in range(waveforms.size(0)) if _chance(config.non_speech_prob, generator)]
+    for i in replaced:
+        n = int(lengths[i])
+        kind = _NON_SPEECH[_pick(len(_NON_SPEECH), generator)]
+        waveforms[i, :n] = non_speech(n, kind, _uniform(config.non_speech_dbfs, generator), rate, generator)
+    return replaced
 
 
 def augment_batch(
@@ -351,5 +412,11 @@ class AugmentedCollate:
         if not batch.batch_size or strength <= 0:
             return batch
         config = self.config if strength >= 1 else self.config.scaled(strength)
+        texts = list(batch.texts)
+        if config.non_speech_prob > 0:
+            waveforms = batch.waveforms.clone()
+            for i in _without_speech(waveforms, batch.lengths, config, self.sample_rate, None):
+                texts[i] = ""
+            batch = batch._replace(waveforms=waveforms, texts=texts)
         waveforms, lengths = augment_batch(batch.waveforms, batch.lengths, config, self.sample_rate)
         return batch._replace(waveforms=waveforms, lengths=lengths)

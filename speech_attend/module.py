@@ -196,11 +196,12 @@ class RecognizerModule(AttendModule):
             labels = outputs.masked_fill(outputs == self.vocabulary.eos_id, self.vocabulary.pad_id)
             ctc = {"log_probs": out["ctc_log_probs"].transpose(0, 1), "targets": labels, "input_lengths": out["ctc_lengths"],
                    "target_lengths": label_lengths, "blank": LAS.blank_id, "zero_infinity": True}
-            ctc_loss = F.ctc_loss(**ctc, reduction="mean")  # mean: per label, like the CE
+            # per label, like the CE; an empty transcript (a sound without speech) counts as one label
+            item_ctc = F.ctc_loss(**ctc, reduction="none") / label_lengths.clamp_min(1)  # (B,)
+            ctc_loss = item_ctc.mean()
             losses["ctc_loss"] = ctc_loss
             losses["loss"] = (1 - weight) * attention_loss + weight * ctc_loss
             if per_item:
-                item_ctc = F.ctc_loss(**ctc, reduction="none") / label_lengths.clamp_min(1)  # (B,)
                 losses["item_loss"] = (1 - weight) * losses["item_loss"] + weight * item_ctc
         else:
             losses["loss"] = attention_loss

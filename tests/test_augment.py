@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace as replace_config
 
 import numpy as np
 import pytest
@@ -17,11 +18,15 @@ from speech_attend.augment import (
     change_speed,
     coloured_noise,
     low_sample_rate,
+    non_speech,
     pad_silence,
+    quantize,
     reverberate,
     room_impulse_response,
     telephone_band,
 )
+from speech_attend.augment import AugmentedCollate
+from speech_attend.data import collate
 from speech_attend.datamodule import SpeechDataModule
 
 SR = 16000
@@ -190,3 +195,50 @@ def test_the_training_loader_serves_clean_audio_until_start_step_also_from_loade
     assert torch.equal(next(iter(loader)).waveforms, clean.waveforms)  # step 0: before start_step
     augmented._augmented.set_step(100)  # what on_before_batch_transfer does as training reaches it
     assert not torch.equal(next(iter(loader)).lengths, clean.lengths)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_quantize_rounds_to_the_grid_of_a_file_of_that_bit_depth(bits):
+    wave = _speechlike() * 10 ** (-50 / 20)  # a microphone set 50 dB too low
+    rounded = quantize(wave, bits)
+    steps = 2 ** (bits - 1)
+    assert torch.equal(rounded * steps, (rounded * steps).round())  # on the grid
+    assert float((rounded - wave).abs().max()) <= 0.5 / steps + 1e-9  # the nearest level
+    assert int((rounded * steps).unique().numel()) < int(wave.unique().numel())  # levels were lost
+    assert float(quantize(torch.tensor([1.0]), bits)) == (steps - 1) / steps  # full scale stays inside
+
+
+@pytest.mark.parametrize("kind", ["noise", "hum", "tones", "floor"])
+def test_non_speech_sounds_have_the_drawn_level_and_are_finite(kind):
+    sound = non_speech(SR, kind, -30.0, SR, _gen())
+    assert sound.shape == (SR,) and torch.isfinite(sound).all()
+    rms_dbfs = 20 * math.log10(float(sound.pow(2).mean().sqrt()))
+    assert rms_dbfs == pytest.approx(-70.0 if kind == "floor" else -30.0, abs=0.01)
+
+
+def test_non_speech_utterances_get_the_empty_transcript_and_the_rest_keep_theirs():
+    waves = [_speechlike(0.5, seed=i) for i in range(64)]
+    items = [(w, f"words {i}", f"u{i}") for i, w in enumerate(waves)]
+    plain = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
+                          low_rate_prob=0, gain_prob=0, dc_prob=0)
+    torch.manual_seed(0)
+    batch = AugmentedCollate(collate, replace_config(plain, non_speech_prob=0.25), SR)(items)
+    emptied = [i for i, text in enumerate(batch.texts) if text == ""]
+    assert 4 <= len(emptied) <= 30  # about a quarter
+    for i, text in enumerate(batch.texts):
+        same = torch.equal(batch.waveforms[i, : waves[i].numel()], waves[i])
+        assert same == (i not in emptied) and (i in emptied or text == f"words {i}")
+        assert int(batch.lengths[i]) == waves[i].numel()
+    assert AugmentedCollate(collate, plain, SR)(items).texts == [f"words {i}" for i in range(64)]
+
+
+def test_quantized_training_conditions_stay_on_a_16_bit_grid_at_most():
+    waves = [_speechlike(0.5, seed=i) * 0.01 for i in range(4)]
+    padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
+    lengths = torch.tensor([w.numel() for w in waves])
+    only = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
+                         low_rate_prob=0, gain_prob=0, dc_prob=0, quantize_prob=1)
+    out, _ = augment_batch(padded, lengths, only, SR, _gen())
+    assert torch.equal(out * 2**15, (out * 2**15).round()) and not torch.equal(out, padded)
+    with pytest.raises(ValueError, match="quantize_bits"):
+        AugmentConfig(quantize_bits=(1, 16))
