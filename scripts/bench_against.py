@@ -45,7 +45,10 @@ TOLERANCE = 1e-4  # relative: fp32 losses summed in another order still agree to
 def _captioner(quick: bool):
     import torch
 
-    import show_attend.module as module
+    try:
+        import show_attend.train.module as module
+    except ImportError:  # a tree from before the apps had folders
+        import show_attend.module as module
 
     cls = getattr(module, "CaptionerModule", None) or getattr(module, "Captioner")  # this tree's name, or an older one's
     words = 1200 if quick else 9490
@@ -71,8 +74,12 @@ def _recognizer(quick: bool):
     import torch
     import torch.nn.functional as F
 
-    from speech_attend.features import FeatureConfig
-    from speech_attend.model import LAS, LASConfig
+    try:
+        from speech_attend.model.features import FeatureConfig
+        from speech_attend.model.las import LAS, LASConfig
+    except ImportError:  # a tree from before the apps had folders
+        from speech_attend.features import FeatureConfig
+        from speech_attend.model import LAS, LASConfig
 
     torch.manual_seed(0)
     config = LASConfig(listener_hidden=256, listener_layers=1, pyramid_layers=3, speller_hidden=512, speller_layers=1,

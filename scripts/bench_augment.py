@@ -3,7 +3,7 @@
     python scripts/bench_augment.py --data DIR [--config configs/speech_attend/synth_las.yaml] [--batch 16] [--threads 1]
 
 Reads ``--batch`` training utterances of a corpus, then times (median of 5, after a warm-up)
-:func:`speech_attend.augment.augment_batch` with the default :class:`AugmentConfig` and with every
+:func:`speech_attend.data.augment.augment_batch` with the default :class:`AugmentConfig` and with every
 condition on, and one training step (forward, backward and Adam with joint CTC, random targets
 of 15 characters per second) of the model in ``--config`` on the same batch.
 """
@@ -21,11 +21,11 @@ import torch.nn.functional as F
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_attend.augment import AugmentConfig, augment_batch  # noqa: E402
-from speech_attend.corpora import read_corpus  # noqa: E402
-from speech_attend.data import SpeechDataset, collate  # noqa: E402
-from speech_attend.features import FeatureConfig  # noqa: E402
-from speech_attend.model import LAS, LASConfig  # noqa: E402
+from speech_attend.data.augment import AugmentConfig, augment_batch  # noqa: E402
+from speech_attend.data.readers import read_corpus  # noqa: E402
+from speech_attend.data.dataset import SpeechDataset, collate  # noqa: E402
+from speech_attend.model.features import FeatureConfig  # noqa: E402
+from speech_attend.model.las import LAS, LASConfig  # noqa: E402
 
 _VOCAB = 30 + 4  # characters plus <pad> <sos> <eos> <unk>
 

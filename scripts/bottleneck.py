@@ -39,8 +39,8 @@ from shared.evaluation.captions import exact_match  # noqa: E402
 from shared.evaluation.plots import save_lines  # noqa: E402
 from shared.evaluation.speech import char_error_rate  # noqa: E402
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
-from show_attend.pointing import ATTRIBUTE_WORDS  # noqa: E402
-from show_attend.shapes import COLOURS, SHAPES, SIZES, generate_scene  # noqa: E402
+from show_attend.train.pointing import ATTRIBUTE_WORDS  # noqa: E402
+from show_attend.builtin.shapes import COLOURS, SHAPES, SIZES, generate_scene  # noqa: E402
 
 MODELS = {"attention": [], "fixed vector": ["none"]}  # label -> the attention override (none for the fixed vector)
 
@@ -109,8 +109,8 @@ def object_f1(named: list[dict[str, str]], objects: list[dict[str, str]]) -> flo
 
 
 def captioner(out: Path, budget: Budget, data_root: Path) -> dict:
-    from show_attend.caption import load_captioner
-    from show_attend.data import image_transform
+    from show_attend.infer.caption import load_captioner
+    from show_attend.data.images import image_transform
 
     data = data_root / "shapes"
     if not (data / "dataset_shapes.json").is_file():
@@ -172,11 +172,11 @@ def _joined(utterances: list, waves: dict, target_seconds: float, files: int, se
 
 
 def recognizer(out: Path, budget: Budget, data_root: Path) -> dict:
-    from speech_attend.audio import audio_duration, load_audio
-    from speech_attend.corpora import read_librispeech
-    from speech_attend.data import pad_waves
-    from speech_attend.text import normalize_text
-    from speech_attend.transcribe import load_recognizer
+    from speech_attend.data.audio import audio_duration, load_audio
+    from speech_attend.data.readers import read_librispeech
+    from speech_attend.data.dataset import pad_waves
+    from speech_attend.data.text import normalize_text
+    from speech_attend.infer.transcribe import load_recognizer
 
     data = data_root / "synth"
     if not (data / "synth.json").is_file():

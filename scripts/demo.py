@@ -329,7 +329,7 @@ def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
 def recognizer(out: Path, data_dir: Path, run: Path, seconds: float) -> dict:
     """Test the trained recognizer on held-out voices and transcribe test files with alignment plots."""
     from shared.evaluation.plots import save_curves
-    from speech_attend.corpora import read_librispeech
+    from speech_attend.data.readers import read_librispeech
 
     test = _test("speech_attend", RECOGNIZER_CONFIG, data_dir, run)
     checkpoint = run / "checkpoints" / "last.ckpt"

@@ -4,8 +4,8 @@
 
 ``DIR`` is the output of ``scripts/speech_devsets.py`` (groups listed in ``DIR/devsets.json``),
 or any folder of LibriSpeech-layout subsets. Each group is transcribed with
-:class:`speech_attend.transcribe.Transcriber` (files decoded together in batches), references
-and hypotheses are normalised by :func:`speech_attend.text.normalize_text`, and the corpus-level
+:class:`speech_attend.infer.transcribe.Transcriber` (files decoded together in batches), references
+and hypotheses are normalised by :func:`speech_attend.data.text.normalize_text`, and the corpus-level
 WER and CER (:func:`shared.evaluation.speech.speech_metrics`) are printed as a table, or as JSON.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shared.evaluation.speech import speech_metrics  # noqa: E402
-from speech_attend.corpora import CorpusError, read_librispeech  # noqa: E402
-from speech_attend.text import normalize_text  # noqa: E402
-from speech_attend.transcribe import Transcriber  # noqa: E402
+from speech_attend.data.readers import CorpusError, read_librispeech  # noqa: E402
+from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 
 def groups_of(devsets: Path) -> list[str]:

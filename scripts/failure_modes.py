@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from shared import beam_search  # noqa: E402
 from shared.evaluation.plots import save_alignment, save_caption_grid  # noqa: E402
 from shared.evaluation.speech import char_error_rate  # noqa: E402
-from show_attend.shapes import generate_scene  # noqa: E402
+from show_attend.builtin.shapes import generate_scene  # noqa: E402
 
 
 def _scene(rng: np.random.Generator, accept) -> object:
@@ -49,7 +49,7 @@ def _mass_in_box(weights: torch.Tensor, box: tuple, size: int) -> float:
 
 
 def _caption(model, scene, out: Path, name: str) -> dict:
-    from show_attend.data import image_transform
+    from show_attend.data.images import image_transform
 
     image = image_transform(model.config.image_size)(scene.image)[None]
     with torch.no_grad():
@@ -82,12 +82,12 @@ def longer(model, out: Path, rng) -> dict:
 
 def wrong_mask(path: Path, data: Path, out: Path) -> dict:
     """A short utterance padded to a long one's length, decoded with and without its mask."""
-    from speech_attend.audio import load_audio
-    from speech_attend.corpora import read_librispeech
-    from speech_attend.data import pad_waves
-    from speech_attend.model import native_cpu_kernels
-    from speech_attend.text import normalize_text
-    from speech_attend.transcribe import load_recognizer
+    from speech_attend.data.audio import load_audio
+    from speech_attend.data.readers import read_librispeech
+    from speech_attend.data.dataset import pad_waves
+    from speech_attend.model.las import native_cpu_kernels
+    from speech_attend.data.text import normalize_text
+    from speech_attend.infer.transcribe import load_recognizer
 
     model, vocabulary, decoding, _ = load_recognizer(path)
     test = sorted(read_librispeech(data, subsets=["test"]), key=lambda u: u.utt_id)
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "synth", help="a spoken corpus with a test split (default data/synth)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "failure_modes")
     args = parser.parse_args(argv)
-    from show_attend.caption import load_captioner
+    from show_attend.infer.caption import load_captioner
 
     args.out.mkdir(parents=True, exist_ok=True)
     captioner = load_captioner(args.captioner).eval()

@@ -35,9 +35,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
-from show_attend.data import image_transform, load_image, read_karpathy  # noqa: E402
-from show_attend.explain import explain_image  # noqa: E402
-from show_attend.pointing import pointing_hits  # noqa: E402
+from show_attend.data.images import image_transform, load_image
+from show_attend.data.readers import read_karpathy  # noqa: E402
+from show_attend.infer.explain import explain_image  # noqa: E402
+from show_attend.train.pointing import pointing_hits  # noqa: E402
 
 VARIANTS = {  # name -> overrides of the demo config
     "soft, lambda 1": ["--model.decoder.attention", "soft", "--model.doubly_stochastic", "1.0"],
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ckpt", action="append", default=[], metavar="NAME=CKPT", help="score these models instead of training")
     parser.add_argument("--images", type=int, default=None, help="test images scored (default: 300, or 50 with --quick)")
     args = parser.parse_args(argv)
-    from show_attend.caption import load_captioner
+    from show_attend.infer.caption import load_captioner
 
     if not (args.data / "dataset_shapes.json").is_file():
         if subprocess.run([sys.executable, "-m", "show_attend.cli", "prepare", "shapes", "--out", str(args.data), "--quiet"], cwd=ROOT).returncode:

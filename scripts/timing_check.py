@@ -5,8 +5,8 @@
 
 The clips are those of the ``espeak_unseen`` group of ``scripts/speech_devsets.py``: WordNet dev
 sentences (never in training) spoken by the held-out eSpeak voices and variants with the broad
-corpus's draws, made as the corpus makes them (:func:`speech_attend.synth.speak`). eSpeak reports
-where each word starts (:func:`speech_attend.espeak.synthesize_with_words`), which gives each
+corpus's draws, made as the corpus makes them (:func:`speech_attend.builtin.corpus.speak`). eSpeak reports
+where each word starts (:func:`speech_attend.builtin.espeak.synthesize_with_words`), which gives each
 word's true start; ``--per-file`` utterances are joined into one file with ``--pause`` seconds
 of silence between them, and each utterance's first sample over -50 dBFS is the true start of
 its segment. The files are transcribed as ``transcribe`` does (cut at pauses), and the script
@@ -45,12 +45,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from speech_devsets import _SEED_OFFSET  # noqa: E402  (the espeak_unseen group's draws)
-from speech_attend import synth  # noqa: E402
-from speech_attend.espeak import ESPEAK_SAMPLE_RATE, synthesize_with_words  # noqa: E402
-from speech_attend.text import normalize_text  # noqa: E402
-from speech_attend.transcribe import Transcriber  # noqa: E402
+from speech_attend.builtin import corpus  # noqa: E402
+from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, synthesize_with_words  # noqa: E402
+from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
-SAMPLE_RATE = synth.SAMPLE_RATE
+SAMPLE_RATE = corpus.SAMPLE_RATE
 
 
 @dataclass
@@ -72,17 +72,17 @@ class Clip:
 
 
 def speak_with_times(job) -> Utterance:
-    """A corpus job spoken as :func:`speech_attend.synth.speak` speaks it, with each word's start."""
+    """A corpus job spoken as :func:`speech_attend.builtin.corpus.speak` speaks it, with each word's start."""
     rate, pitch, volume, seed, pitch_range, word_gap = job.params
     pcm, events = synthesize_with_words(job.text, job.speaker.espeak_name, rate, pitch, volume, seed, pitch_range, word_gap)
     wave = torch.from_numpy(pcm.astype(np.float32) / 32768.0)
     with torch.no_grad():
-        wave = synth._resampler(ESPEAK_SAMPLE_RATE, SAMPLE_RATE)(wave).numpy()
+        wave = corpus._resampler(ESPEAK_SAMPLE_RATE, SAMPLE_RATE)(wave).numpy()
     peak = float(np.abs(wave).max()) if wave.size else 0.0
-    if peak > synth._MAX_PEAK:
-        wave = wave * (synth._MAX_PEAK / peak)
-    loud = np.flatnonzero(np.abs(wave) > synth._SILENCE_THRESHOLD)  # what speak() trims to, 0.2 s either side
-    keep = int(synth._MAX_EDGE_SILENCE_S * SAMPLE_RATE)
+    if peak > corpus._MAX_PEAK:
+        wave = wave * (corpus._MAX_PEAK / peak)
+    loud = np.flatnonzero(np.abs(wave) > corpus._SILENCE_THRESHOLD)  # what speak() trims to, 0.2 s either side
+    keep = int(corpus._MAX_EDGE_SILENCE_S * SAMPLE_RATE)
     first, last = (max(0, int(loud[0]) - keep), int(loud[-1]) + 1 + keep) if loud.size else (0, wave.size)
     shift = first / SAMPLE_RATE
     words, position = [], 0
@@ -100,7 +100,7 @@ def speak_with_times(job) -> Utterance:
 def build_clips(out: Path, files: int, per_file: int, pause: tuple[float, float], seed: int, text: str = "wordnet") -> list[Clip]:
     """``files`` FLAC files of ``per_file`` dev utterances each, in ``out``; ``text`` as the corpus's
     (``"templates"``: the light corpus's grammar and its dev voices)."""
-    jobs, _ = synth._plan(out, {"train": 0, "dev": files * per_file, "test": 0}, seed + _SEED_OFFSET, text, ("espeak",))
+    jobs, _ = corpus._plan(out, {"train": 0, "dev": files * per_file, "test": 0}, seed + _SEED_OFFSET, text, ("espeak",))
     rng = random.Random(f"timing_check/{seed}")
     clips = []
     for f in range(files):
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-chunk-seconds", type=float, default=None, help="as transcribe's (default: the model's)")
     parser.add_argument("--beam-size", type=int, default=None, help="as transcribe's (default: the model's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--text", choices=synth.TEXTS, default="wordnet",
+    parser.add_argument("--text", choices=corpus.TEXTS, default="wordnet",
                         help="wordnet: the broad corpus's sentences and voices (default); templates: the light corpus's")
     parser.add_argument("--non-speech-seconds", type=float, nargs="*", default=[1, 5, 20, 60],
                         help="lengths of the sounds without speech (default: 1 5 20 60; none: skip them)")

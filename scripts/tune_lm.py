@@ -9,7 +9,7 @@ and ``--lm`` is not given). The utterances are the ``--split`` of a corpus folde
 ``dev``), or, with ``--groups``, those groups of a folder of evaluation groups
 (``scripts/speech_devsets.py``). A split or group whose name says ``test`` is refused: weights
 chosen on test make its results optimistic. Every pair of the grid transcribes the same
-utterances with :class:`speech_attend.transcribe.Transcriber`; the table shows WER (CER) with
+utterances with :class:`speech_attend.infer.transcribe.Transcriber`; the table shows WER (CER) with
 the pair ``lm 0, bonus 0`` (no language model) as the reference, and the best pair (lowest WER,
 then lowest CER, then the smallest weights) ends the output, with the ``export`` command that
 saves it as the model's default.
@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shared.evaluation.speech import speech_metrics  # noqa: E402
-from speech_attend.corpora import CorpusError, read_corpus, read_librispeech  # noqa: E402
-from speech_attend.text import normalize_text  # noqa: E402
-from speech_attend.transcribe import Transcriber  # noqa: E402
+from speech_attend.data.readers import CorpusError, read_corpus, read_librispeech  # noqa: E402
+from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 
 def grid(text: str, name: str) -> list[float]:

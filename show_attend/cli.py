@@ -26,9 +26,9 @@ from tqdm import tqdm
 from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
 
-from .data import DataError
-from .datamodule import CaptionDataModule
-from .module import CaptionerModule
+from show_attend.data.readers import DataError
+from show_attend.train.datamodule import CaptionDataModule
+from show_attend.train.module import CaptionerModule
 
 __all__ = ["main", "CaptionCLI"]
 
@@ -71,7 +71,7 @@ def _prepare(args: list[str]) -> int:
     shapes.add_argument("--max-objects", type=int, default=4, help="most objects per image (default 4)")
     shapes.add_argument("--quiet", action="store_true", help="no progress bar")
     options = parser.parse_args(args)
-    from .shapes import prepare_shapes
+    from show_attend.builtin.shapes import prepare_shapes
 
     path = prepare_shapes(
         options.out, options.train, options.val, options.test, options.seed,
@@ -102,7 +102,7 @@ def _caption(args: list[str]) -> int:
     for option, folder in (("--overlay-dir", options.overlay_dir), ("--html", options.html)):
         if folder is not None:
             _writable_folder(folder, option)  # before the model loads and anything is decoded
-    from .caption import caption_files, load_captioner, save_overlay
+    from show_attend.infer.caption import caption_files, load_captioner, save_overlay
 
     model = load_captioner(options.ckpt, options.device, options.encoder_weights)
     images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
@@ -137,7 +137,7 @@ def _caption(args: list[str]) -> int:
                 say(f"{result.image}: {result.caption}" + (f"  [{overlay}]" if overlay else ""), file=sys.stdout)
             sys.stdout.flush()
     if options.html:
-        from .gallery import write_gallery
+        from show_attend.infer.gallery import write_gallery
 
         print(f"wrote {write_gallery(captioned, options.html, f'Captions by {options.ckpt}')}", file=sys.stderr)
     return status
@@ -173,10 +173,10 @@ def _explain(args: list[str]) -> int:
     options = parser.parse_args(args)
     if options.beam_size is not None and options.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
-    from .caption import load_captioner
+    from show_attend.infer.caption import load_captioner
     from shared.evaluation.faithfulness import write_explanations
 
-    from .explain import explain_files, save_explanation
+    from show_attend.infer.explain import explain_files, save_explanation
 
     model = load_captioner(options.ckpt, options.device)
     images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
@@ -196,7 +196,7 @@ def _export(args: list[str]) -> int:
     parser.add_argument("--include-encoder", action="store_true",
                         help="also store a frozen pretrained encoder's weights (left out by default: the published file restores them)")
     options = parser.parse_args(args)
-    from .caption import export_model
+    from show_attend.infer.caption import export_model
 
     print(f"exported to {export_model(options.ckpt, options.out, options.include_encoder)}")
     return 0

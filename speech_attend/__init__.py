@@ -1,0 +1,15 @@
+"""speech_attend: the speech recognizer of Listen, Attend and Spell (Chan et al. 2016, arXiv 1508.01211).
+
+Both apps have the same folders, read in this order (``show_attend`` names its pieces alike):
+
+* :mod:`speech_attend.model` - the network: front end, listener, speller, the LAS model, its language model.
+* :mod:`speech_attend.data` - audio and transcripts: readers, normalisation, dataset, batches, training conditions.
+* :mod:`speech_attend.train` - Lightning: the loss and optimiser (module), the data module, fitting the language model.
+* :mod:`speech_attend.infer` - using a trained model: transcribe files, timings, subtitles, explain.
+* :mod:`speech_attend.builtin` - the built-in world: sentences spoken by speech synthesisers.
+* :mod:`speech_attend.cli` - the ``speech-attend`` command.
+
+``model`` and ``data`` import nothing else of the app; ``train`` and ``infer`` build on them; the
+built-in world needs only ``data``; ``cli`` joins them. The attention itself (score, normalise,
+read) and the beam search live in :mod:`shared`.
+"""

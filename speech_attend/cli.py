@@ -28,9 +28,10 @@ import pytorch_lightning as pl
 from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
 
-from .datamodule import SpeechDataModule
-from .lm import LMConfig, train_lm
-from .module import RecognizerModule
+from speech_attend.train.datamodule import SpeechDataModule
+from speech_attend.model.lm import LMConfig
+from speech_attend.train.lm import train_lm
+from speech_attend.train.module import RecognizerModule
 
 __all__ = ["main", "RecognizerCLI"]
 
@@ -86,7 +87,7 @@ def _prepare(argv: list[str]) -> int:
                         help="templates: the light 710-word grammar (default); wordnet: natural sentences, ~30,000 words")
     parser.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
     args = parser.parse_args(argv)
-    from .synth import prepare_synth
+    from speech_attend.builtin.corpus import prepare_synth
 
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     out = prepare_synth(args.out, train=args.train, dev=args.dev, test=args.test, seed=args.seed, progress=True,
@@ -119,8 +120,8 @@ def _transcribe(argv: list[str]) -> int:
     parser.add_argument("--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's saved one; 0 = off)")
     parser.add_argument("--length-bonus", type=float, default=None, help="added to the score per character (default: the model's saved one)")
     args = parser.parse_args(argv)
-    from .subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
-    from .transcribe import Transcriber, shipped_model
+    from speech_attend.infer.subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
+    from speech_attend.infer.transcribe import Transcriber, shipped_model
 
     formats = parse_formats(args.output_format) if args.output_format else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
     if args.output_dir:
@@ -193,8 +194,8 @@ def _explain(argv: list[str]) -> int:
         raise ValueError(f"--span must be >= 1, got {args.span}")
     from shared.evaluation.faithfulness import write_explanations
 
-    from .explain import explain_files, save_explanation
-    from .transcribe import load_recognizer
+    from speech_attend.infer.explain import explain_files, save_explanation
+    from speech_attend.infer.transcribe import load_recognizer
 
     model, vocabulary, decoding, _ = load_recognizer(args.ckpt)
     files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
@@ -216,7 +217,7 @@ def _export(argv: list[str]) -> int:
                         help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)")
     parser.add_argument("--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)")
     args = parser.parse_args(argv)
-    from .transcribe import export_model
+    from speech_attend.infer.transcribe import export_model
 
     out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
     print(f"exported {args.ckpt} to {out}" + (f" with the language model {args.lm}" if args.lm else ""))

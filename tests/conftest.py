@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from show_attend.shapes import prepare_shapes
-from speech_attend.synth import prepare_synth
+from show_attend.builtin.shapes import prepare_shapes
+from speech_attend.builtin.corpus import prepare_synth
 
 
 

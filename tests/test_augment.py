@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from speech_attend.augment import (
+from speech_attend.data.augment import (
     AugmentConfig,
     active_power,
     add_noise,
@@ -25,9 +25,9 @@ from speech_attend.augment import (
     room_impulse_response,
     telephone_band,
 )
-from speech_attend.augment import AugmentedCollate
-from speech_attend.data import collate
-from speech_attend.datamodule import SpeechDataModule
+from speech_attend.data.augment import AugmentedCollate
+from speech_attend.data.dataset import collate
+from speech_attend.train.datamodule import SpeechDataModule
 
 SR = 16000
 

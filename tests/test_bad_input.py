@@ -27,10 +27,11 @@ import yaml
 from PIL import Image
 
 from show_attend.cli import main as show_attend
-from show_attend.data import collate, read_karpathy
-from show_attend.datamodule import CaptionDataModule
+from show_attend.data.dataset import collate
+from show_attend.data.readers import read_karpathy
+from show_attend.train.datamodule import CaptionDataModule
 from speech_attend.cli import main as speech_attend
-from speech_attend.datamodule import SpeechDataModule
+from speech_attend.train.datamodule import SpeechDataModule
 from tiny import tiny_speech_config
 
 LOG_NAME = "skipped_samples.log"
@@ -670,7 +671,7 @@ def test_transcribe_of_silence_gives_a_line_and_no_error(speech_run, tmp_path, c
 
 
 def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
-    from speech_attend.transcribe import Transcriber
+    from speech_attend.infer.transcribe import Transcriber
 
     speech, rate = sf.read(sorted((tiny_synth / "test").rglob("*.flac"))[0])
     quiet_room = np.random.default_rng(0).normal(0, 10 ** (-65 / 20), 20 * rate)  # -65 dBFS of noise
@@ -685,7 +686,7 @@ def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
 
 
 def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_run, tiny_synth, tmp_path):
-    from speech_attend.transcribe import Transcriber
+    from speech_attend.infer.transcribe import Transcriber
 
     speech, rate = sf.read(sorted((tiny_synth / "test").rglob("*.flac"))[0])
     path = tmp_path / "silence_then_speech.flac"
@@ -702,7 +703,7 @@ def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_ru
 
 
 def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their_place(speech_run, tiny_synth, tmp_path):
-    from speech_attend.transcribe import Transcriber
+    from speech_attend.infer.transcribe import Transcriber
 
     good = sorted(str(p) for p in tiny_synth.rglob("*.flac"))[:5]
     bad = tmp_path / "bad.wav"

@@ -9,7 +9,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from bench_common import matmul_gflop  # noqa: E402
 
-from speech_attend.model import native_cpu_kernels  # noqa: E402
+from speech_attend.model.las import native_cpu_kernels  # noqa: E402
 
 
 def test_matmul_gflop_counts_two_flops_per_multiply_add():

@@ -10,20 +10,20 @@ import pytest
 import soundfile as sf
 import torch
 
-from speech_attend import piper_voice, synth, wordnet_sentences
+from speech_attend.builtin import corpus, piper_voice, wordnet_sentences
 from speech_attend.cli import main
-from speech_attend.corpora import read_librispeech
-from speech_attend.espeak import english_voices, voice_variants
-from speech_attend.numbers import spell_number, spell_numbers, spell_ordinal, spell_year
-from speech_attend.speakers import (
+from speech_attend.data.readers import read_librispeech
+from speech_attend.builtin.espeak import english_voices, voice_variants
+from speech_attend.builtin.numbers import spell_number, spell_numbers, spell_ordinal, spell_year
+from speech_attend.builtin.speakers import (
     PIPER_FORMANT_RATIOS,
     PIPER_SEMITONES,
     VARIANTS,
     espeak_speakers,
     piper_speakers,
 )
-from speech_attend.voice_shift import formant_shift, pitch_shift, shift_voice
-from speech_attend.wordnet_sentences import (
+from speech_attend.builtin.voice_shift import formant_shift, pitch_shift, shift_voice
+from speech_attend.builtin.wordnet_sentences import (
     MAX_WORDS,
     MIN_WORDS,
     load_sentences,
@@ -223,15 +223,15 @@ def _corpus_bytes(root):
 
 
 def test_broad_corpus_speaks_held_out_sentences_with_held_out_voices(tmp_path, monkeypatch):
-    monkeypatch.setattr(synth, "_BLOCK", 3)  # piper's noise is seeded per block of utterances
+    monkeypatch.setattr(corpus, "_BLOCK", 3)  # piper's noise is seeded per block of utterances
     kwargs = dict(train=4, dev=2, test=2, seed=0, progress=False, text="wordnet", engines=("espeak", "piper"))
-    out = synth.prepare_synth(tmp_path / "serial", workers=1, **kwargs)
+    out = corpus.prepare_synth(tmp_path / "serial", workers=1, **kwargs)
     roles = json.loads((out / "speakers.json").read_text())
-    by_split = {split: read_librispeech(out, [split]) for split in synth.SPLITS}
+    by_split = {split: read_librispeech(out, [split]) for split in corpus.SPLITS}
     assert {k: len(v) for k, v in by_split.items()} == {"train": 4, "dev": 2, "test": 2}
     assert {roles[u.speaker]["engine"] for u in sum(by_split.values(), [])} == {"espeak", "piper"}
     pools = split_sentences(load_sentences())
-    train_speakers = {s.speaker_id for s in synth.corpus_speakers("wordnet", ("espeak", "piper")) if s.split == "train"}
+    train_speakers = {s.speaker_id for s in corpus.corpus_speakers("wordnet", ("espeak", "piper")) if s.split == "train"}
     for split, utterances in by_split.items():
         for u in utterances:
             assert roles[u.speaker]["split"] == split and (u.speaker in train_speakers) == (split == "train")
@@ -241,8 +241,8 @@ def test_broad_corpus_speaks_held_out_sentences_with_held_out_voices(tmp_path, m
             assert 0.1 < np.abs(wave).max() < 0.99
             assert 0.15 <= len(wave) / rate / len(u.text.split()) <= 1.0, u
     # the same corpus with its blocks spread over two processes
-    monkeypatch.setattr(synth, "_SERIAL_BELOW", 0)
-    pooled = synth.prepare_synth(tmp_path / "pooled", workers=2, **kwargs)
+    monkeypatch.setattr(corpus, "_SERIAL_BELOW", 0)
+    pooled = corpus.prepare_synth(tmp_path / "pooled", workers=2, **kwargs)
     assert _corpus_bytes(pooled) == _corpus_bytes(out)
 
 

@@ -18,13 +18,15 @@ from PIL import Image
 from shared import greedy_search
 from shared.training.bad_samples import BadSample
 from shared.training.model_files import export_folder, safe_torch_load
-from show_attend.caption import APP, caption_images, load_captioner
+from show_attend.infer.caption import APP, caption_images, load_captioner
 from show_attend.cli import EncoderToFeatureCache, main
-from show_attend.data import DataError, collate, load_image, read_karpathy
-from show_attend.datamodule import CaptionDataModule
-from show_attend.encoder import BACKBONES, Encoder, EncoderConfig, EncoderWeightsError
-from show_attend.module import CaptionerModule, doubly_stochastic_penalty
-from show_attend.pointing import pointing_hits
+from show_attend.data.readers import DataError, read_karpathy
+from show_attend.data.dataset import collate
+from show_attend.data.images import load_image
+from show_attend.train.datamodule import CaptionDataModule
+from show_attend.model.encoder import BACKBONES, Encoder, EncoderConfig, EncoderWeightsError
+from show_attend.train.module import CaptionerModule, doubly_stochastic_penalty
+from show_attend.train.pointing import pointing_hits
 
 TINY_MODEL = {
     "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},

@@ -36,13 +36,13 @@ from shared.training.model_files import export_folder, load_model_files
 from shared.training.module import TEST_METRICS_FILE, AttendModule
 from shared.training.run_logger import RunLogger
 from shared.training.writes import WriteError
-from show_attend.caption import APP
+from show_attend.infer.caption import APP
 from show_attend.cli import main as caption_main
-from show_attend.datamodule import CaptionDataModule
-from show_attend.gallery import write_gallery
-from show_attend.module import CaptionerModule
-from speech_attend.subtitles import write_outputs
-from speech_attend.transcribe import Transcript
+from show_attend.train.datamodule import CaptionDataModule
+from show_attend.infer.gallery import write_gallery
+from show_attend.train.module import CaptionerModule
+from speech_attend.infer.subtitles import write_outputs
+from speech_attend.infer.transcribe import Transcript
 
 NO_SPACE = "no space left on device"
 TORCH_ON_A_FULL_DISK = "[enforce fail at inline_container.cc:672] . unexpected pos 627520 vs 627408"

@@ -26,9 +26,9 @@ import torch
 import yaml
 
 from show_attend.cli import main as caption_main
-from show_attend.shapes import prepare_shapes
+from show_attend.builtin.shapes import prepare_shapes
 from speech_attend.cli import main as speech_main
-from speech_attend.corpora import read_corpus
+from speech_attend.data.readers import read_corpus
 
 pytestmark = pytest.mark.slow
 

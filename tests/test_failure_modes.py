@@ -11,8 +11,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import failure_modes  # noqa: E402
 from shared.training.model_files import export_folder  # noqa: E402
-from show_attend.module import CaptionerModule  # noqa: E402
-from speech_attend.model import build_recognizer  # noqa: E402
+from show_attend.train.module import CaptionerModule  # noqa: E402
+from speech_attend.model.las import build_recognizer  # noqa: E402
 from tiny import TINY_SPEECH_CONFIG  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def test_faithfulness_scores_every_word_of_every_image(tiny_shapes, tmp_path, ca
     import faithfulness
 
     torch.manual_seed(0)
-    from show_attend.datamodule import CaptionDataModule
+    from show_attend.train.datamodule import CaptionDataModule
 
     words = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1).vocabulary_tokens
     captioner = CaptionerModule(words, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},

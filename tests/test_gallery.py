@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from shared.training.model_files import export_folder
-from show_attend.caption import caption_files, load_captioner
+from show_attend.infer.caption import caption_files, load_captioner
 from show_attend.cli import main
-from show_attend.data import collate
-from show_attend.datamodule import CaptionDataModule
-from show_attend.module import CaptionerModule
+from show_attend.data.dataset import collate
+from show_attend.train.datamodule import CaptionDataModule
+from show_attend.train.module import CaptionerModule
 
 BEAMS = 3
 

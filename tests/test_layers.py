@@ -11,11 +11,57 @@ def _modules_after_import(*modules: str) -> set[str]:
 
 
 def test_captioning_and_transcribing_import_no_lightning():
-    loaded = _modules_after_import("show_attend.caption", "speech_attend.transcribe")
-    assert "show_attend.model" in loaded and "speech_attend.model" in loaded  # the imports did happen
+    loaded = _modules_after_import("show_attend.infer.caption", "speech_attend.infer.transcribe")
+    assert "show_attend.model.captioner" in loaded and "speech_attend.model.las" in loaded  # the imports did happen
     assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}
 
 
 def test_the_attention_core_imports_neither_app_nor_lightning():
     loaded = _modules_after_import("shared", "shared.evaluation.captions", "shared.evaluation.speech", "shared.evaluation.plots")
     assert not {name for name in loaded if name.split(".")[0] in ("show_attend", "speech_attend", "pytorch_lightning")}
+
+
+# What each folder of an app may import of the same app (both apps alike): the network and the data
+# stand alone, training and inference build on them, the built-in world needs only the data.
+_MAY_IMPORT = {
+    "model": set(),
+    "data": set(),
+    "builtin": {"data"},
+    "train": {"model", "data", "builtin"},
+    "infer": {"model", "data"},
+    "cli": {"model", "data", "train", "infer", "builtin"},
+}
+
+
+def _app_imports(app: str) -> dict[str, set[str]]:
+    """For each folder of ``app`` (and its ``cli``), the folders of ``app`` that its files import."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / app
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        folder = path.relative_to(root).parts[0].removesuffix(".py")
+        if folder == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == app and len(parts) > 1 and parts[1] != folder:
+                    found.setdefault(folder, set()).add(parts[1])
+    return found
+
+
+def test_both_apps_have_the_same_folders_and_their_imports_run_only_down():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    folders = {app: sorted(p.name for p in (root / app).iterdir() if (p / "__init__.py").is_file()) for app in ("show_attend", "speech_attend")}
+    assert folders["show_attend"] == folders["speech_attend"] == sorted(set(_MAY_IMPORT) - {"cli"})
+    for app in ("show_attend", "speech_attend"):
+        imports = _app_imports(app)
+        assert imports.get("train") and imports.get("infer")  # the walk did find the imports
+        for folder, used in imports.items():
+            assert used <= _MAY_IMPORT[folder], f"{app}.{folder} imports {sorted(used - _MAY_IMPORT[folder])}"

@@ -13,13 +13,11 @@ import torch
 from shared import Hypothesis, Vocabulary, beam_search
 from shared.training.model_files import export_folder
 from speech_attend.cli import main as speech_attend
-from speech_attend.features import FeatureConfig
-from speech_attend.lm import (
-    LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, fit_lm, length_bonus_scorer, lm_scorer, lm_sentences, load_lm,
-    perplexity, save_lm, wordnet_lm_splits,
-)
-from speech_attend.model import LAS, DecodeConfig, LASConfig
-from speech_attend.transcribe import APP, Transcriber
+from speech_attend.model.features import FeatureConfig
+from speech_attend.model.lm import LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer, load_lm, save_lm
+from speech_attend.train.lm import fit_lm, lm_sentences, perplexity, wordnet_lm_splits
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig
+from speech_attend.infer.transcribe import APP, Transcriber
 
 RATE = 16000
 _LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
@@ -90,7 +88,7 @@ def test_interrupted_training_stops_after_the_update_and_keeps_the_model(monkeyp
     import os
     import signal
 
-    import speech_attend.lm as lm_module
+    import speech_attend.train.lm as lm_module
 
     calls, tensors = [], lm_module._tensors
 

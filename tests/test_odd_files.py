@@ -26,16 +26,18 @@ from PIL import Image, ImageDraw
 
 from shared import Vocabulary
 from shared.training.model_files import export_folder
-from show_attend.caption import CaptionResult, save_overlay
+from show_attend.infer.caption import CaptionResult, save_overlay
 from show_attend.cli import main as show_attend
-from show_attend.data import CaptionDataset, CaptionRecord, ImageError, image_size, image_transform, load_image
-from show_attend.module import CaptionerModule
-from speech_attend.audio import AudioError, load_audio
+from show_attend.data.dataset import CaptionDataset
+from show_attend.data.readers import CaptionRecord
+from show_attend.data.images import ImageError, image_size, image_transform, load_image
+from show_attend.train.module import CaptionerModule
+from speech_attend.data.audio import AudioError, load_audio
 from speech_attend.cli import main as speech_attend
-from speech_attend.corpora import Utterance
-from speech_attend.data import SpeechDataset, collate
-from speech_attend.features import FeatureConfig, FeatureFrontend
-from speech_attend.model import build_recognizer
+from speech_attend.data.readers import Utterance
+from speech_attend.data.dataset import SpeechDataset, collate
+from speech_attend.model.features import FeatureConfig, FeatureFrontend
+from speech_attend.model.las import build_recognizer
 from test_bad_input import CAPTION_MODEL, _one_line_error, _tone
 from tiny import TINY_SPEECH_CONFIG
 

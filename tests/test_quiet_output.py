@@ -70,7 +70,7 @@ def test_recognizer_fit_test_and_resume_print_no_noise(tiny_synth, tmp_path):
 
 def test_output_into_a_closed_pipe_ends_quietly(tiny_synth, tmp_path):
     files = sorted(str(p) for p in (tiny_synth / "test").rglob("*.flac"))
-    from speech_attend.model import build_recognizer
+    from speech_attend.model.las import build_recognizer
     from shared.training.model_files import export_folder
     from tiny import TINY_SPEECH_CONFIG
 

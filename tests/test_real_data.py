@@ -19,10 +19,10 @@ import torch
 from PIL import Image
 
 from shared.training.model_files import CheckpointError, safe_torch_load
-from show_attend.caption import load_captioner
+from show_attend.infer.caption import load_captioner
 from show_attend.cli import main as show_attend
-from show_attend.data import DataError, find_image_dir, read_karpathy
-from show_attend.feature_cache import FeatureCache
+from show_attend.data.readers import DataError, find_image_dir, read_karpathy
+from show_attend.data.feature_cache import FeatureCache
 from test_bad_input import _one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def test_features_that_overflow_float16_are_cached_in_float32_and_read_back_exac
         cache.write("val", records, huge, 64, "cpu")
     cached = cache.load("val", len(records))
     assert cached.features.dtype == np.float32 and np.isfinite(cached.features).all()
-    from show_attend.data import image_transform, load_image
+    from show_attend.data.images import image_transform, load_image
 
     expected = huge(torch.stack([image_transform(64)(load_image(r.path)) for r in records]))
     np.testing.assert_allclose(cached.features, expected.numpy(), rtol=1e-6)

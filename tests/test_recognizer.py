@@ -8,13 +8,13 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared import greedy_search
-from speech_attend.data import Batch
-from speech_attend.features import FeatureConfig, FeatureFrontend, SpecAugment
-from speech_attend.listener import Listener, _BLSTM
-from speech_attend.model import LAS, DecodeConfig, LASConfig
-from speech_attend.module import RecognizerModule
-from speech_attend.sampler import BucketBatchSampler
-from speech_attend.transcribe import split_at_pauses, split_at_quiet_points
+from speech_attend.data.dataset import Batch
+from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
+from speech_attend.model.listener import Listener, _BLSTM
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig
+from speech_attend.train.module import RecognizerModule
+from speech_attend.data.sampler import BucketBatchSampler
+from speech_attend.infer.transcribe import split_at_pauses, split_at_quiet_points
 
 TINY = LASConfig(
     listener_hidden=8, pyramid_layers=2, speller_hidden=16, embedding_dim=8, attention_dim=8,
@@ -54,7 +54,7 @@ def test_native_cpu_kernels_keep_the_location_filter_off_nnpack():
     # batched beam search's location filter ~20x slower than the native kernel.
     from torch.profiler import profile
 
-    from speech_attend.model import native_cpu_kernels
+    from speech_attend.model.las import native_cpu_kernels
 
     conv, weights = torch.nn.Conv1d(1, 10, 15, padding=7, bias=False), torch.rand(32, 1, 100)
 

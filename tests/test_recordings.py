@@ -11,11 +11,11 @@ import torch
 
 from shared import Vocabulary
 from shared.training.model_files import export_folder
-from speech_attend.augment import AugmentConfig, augment_batch
+from speech_attend.data.augment import AugmentConfig, augment_batch
 from speech_attend.cli import main as speech_attend
-from speech_attend.features import FeatureConfig, FeatureFrontend, normalise_level, remove_dc, speech_level
-from speech_attend.model import LAS, DecodeConfig, LASConfig, build_recognizer
-from speech_attend.transcribe import APP, Transcriber, is_silent
+from speech_attend.model.features import FeatureConfig, FeatureFrontend, normalise_level, remove_dc, speech_level
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
+from speech_attend.infer.transcribe import APP, Transcriber, is_silent
 
 RATE = 16000
 _LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import show_attend.decoder as decoder_module
-import speech_attend.speller as speller_module
+import show_attend.model.decoder as decoder_module
+import speech_attend.model.speller as speller_module
 from shared.attention import soft_read
 from shared.recurrence import Recurrence, step_linear, step_read
-from show_attend.decoder import Decoder, DecoderConfig
-from speech_attend.speller import Speller
+from show_attend.model.decoder import Decoder, DecoderConfig
+from speech_attend.model.speller import Speller
 
 
 def _loop(recurrence: bool, weight, hidden_weight, values, x, steps: int = 6):

@@ -36,7 +36,7 @@ import yaml
 
 from shared.training.checkpoints import SIGTERM_EXIT_CODE, AtomicCheckpointIO
 from show_attend.cli import main as caption_main
-from show_attend.shapes import prepare_shapes
+from show_attend.builtin.shapes import prepare_shapes
 from shared.training.checkpoints import find_checkpoint
 from speech_attend.cli import main as speech_main
 

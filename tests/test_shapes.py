@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from show_attend.shapes import (
+from show_attend.builtin.shapes import (
     COLOURS,
     SHAPES,
     SIZES,

@@ -14,19 +14,19 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_attend import speakers as voices
-from speech_attend import synth
-from speech_attend.audio import AudioError, audio_duration, load_audio
-from speech_attend.corpora import (
+from speech_attend.builtin import speakers as voices
+from speech_attend.builtin import corpus
+from speech_attend.data.audio import AudioError, audio_duration, load_audio
+from speech_attend.data.readers import (
     CorpusError,
     read_common_voice,
     read_corpus,
     read_librispeech,
     read_manifest,
 )
-from speech_attend.espeak import EspeakError, synthesize
-from speech_attend.sentences import generate_sentence, generate_sentences, vocabulary
-from speech_attend.text import map_out_of_vocabulary, normalize_text
+from speech_attend.builtin.espeak import EspeakError, synthesize
+from speech_attend.builtin.sentences import generate_sentence, generate_sentences, vocabulary
+from speech_attend.data.text import map_out_of_vocabulary, normalize_text
 
 CAN_WRITE_MP3 = "MP3" in sf.available_formats()
 
@@ -346,9 +346,9 @@ def _corpus_bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_prepare_synth_writes_a_librispeech_tree_with_unseen_test_voices(tmp_path):
-    out = synth.prepare_synth(tmp_path / "synth", train=6, dev=2, test=2, seed=0, progress=False)
+    out = corpus.prepare_synth(tmp_path / "synth", train=6, dev=2, test=2, seed=0, progress=False)
     roles = json.loads((out / "speakers.json").read_text())
-    by_split = {split: read_librispeech(out, [split]) for split in synth.SPLITS}
+    by_split = {split: read_librispeech(out, [split]) for split in corpus.SPLITS}
     assert {k: len(v) for k, v in by_split.items()} == {"train": 6, "dev": 2, "test": 2}
     train_voices = {(roles[u.speaker]["voice"], roles[u.speaker]["variant"]) for u in by_split["train"]}
     for split in ("dev", "test"):
@@ -366,23 +366,23 @@ def test_prepare_synth_writes_a_librispeech_tree_with_unseen_test_voices(tmp_pat
 
 
 def test_prepare_synth_is_deterministic_for_a_seed_whatever_the_workers(tmp_path, monkeypatch):
-    serial = synth.prepare_synth(tmp_path / "a", train=6, dev=2, test=2, seed=7, progress=False, workers=1)
-    monkeypatch.setattr(synth, "_SERIAL_BELOW", 0)  # force the process pool for 10 utterances
-    pooled = synth.prepare_synth(tmp_path / "b", train=6, dev=2, test=2, seed=7, progress=False, workers=2)
+    serial = corpus.prepare_synth(tmp_path / "a", train=6, dev=2, test=2, seed=7, progress=False, workers=1)
+    monkeypatch.setattr(corpus, "_SERIAL_BELOW", 0)  # force the process pool for 10 utterances
+    pooled = corpus.prepare_synth(tmp_path / "b", train=6, dev=2, test=2, seed=7, progress=False, workers=2)
     assert _corpus_bytes(serial) == _corpus_bytes(pooled)
-    other = synth.prepare_synth(tmp_path / "c", train=6, dev=2, test=2, seed=8, progress=False, workers=1)
+    other = corpus.prepare_synth(tmp_path / "c", train=6, dev=2, test=2, seed=8, progress=False, workers=1)
     assert _corpus_bytes(other) != _corpus_bytes(serial)
 
 
 def test_prepare_synth_keeps_a_finished_corpus_and_replaces_a_different_one(tmp_path):
     out = tmp_path / "synth"
-    synth.prepare_synth(out, train=3, dev=1, test=1, progress=False)
+    corpus.prepare_synth(out, train=3, dev=1, test=1, progress=False)
     stamp = (out / "synth.json").stat().st_mtime_ns
-    synth.prepare_synth(out, train=3, dev=1, test=1, progress=False)
+    corpus.prepare_synth(out, train=3, dev=1, test=1, progress=False)
     assert (out / "synth.json").stat().st_mtime_ns == stamp
-    synth.prepare_synth(out, train=2, dev=1, test=1, progress=False)
+    corpus.prepare_synth(out, train=2, dev=1, test=1, progress=False)
     assert len(read_librispeech(out, ["train"])) == 2
     foreign = tmp_path / "foreign"
     (foreign / "train").mkdir(parents=True)
     with pytest.raises(ValueError, match="speakers.json"):
-        synth.prepare_synth(foreign, train=1, dev=0, test=0, progress=False)
+        corpus.prepare_synth(foreign, train=1, dev=0, test=0, progress=False)

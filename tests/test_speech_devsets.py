@@ -12,10 +12,10 @@ import pytest
 import soundfile as sf
 
 from shared.training.model_files import export_folder
-from speech_attend.corpora import read_librispeech
-from speech_attend.model import build_recognizer
-from speech_attend.synth import prepare_synth
-from speech_attend.wordnet_sentences import load_sentences, split_sentences
+from speech_attend.data.readers import read_librispeech
+from speech_attend.model.las import build_recognizer
+from speech_attend.builtin.corpus import prepare_synth
+from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
 from tiny import TINY_SPEECH_CONFIG
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

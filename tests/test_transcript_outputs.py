@@ -17,13 +17,13 @@ import webvtt
 from shared import Vocabulary, beam_search
 from shared.training.model_files import export_folder
 from speech_attend.cli import main as speech_attend
-from speech_attend.espeak import synthesize, synthesize_with_words
-from speech_attend.features import FeatureConfig
-from speech_attend.model import LAS, DecodeConfig, LASConfig
-from speech_attend.subtitles import output_names, parse_formats
-from speech_attend.synth import speak
-from speech_attend.timing import NO_SPEECH_CONFIDENCE, chunk_segment, ctc_forced_align, token_slots
-from speech_attend.transcribe import APP, Transcriber
+from speech_attend.builtin.espeak import synthesize, synthesize_with_words
+from speech_attend.model.features import FeatureConfig
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig
+from speech_attend.infer.subtitles import output_names, parse_formats
+from speech_attend.builtin.corpus import speak
+from speech_attend.infer.timing import NO_SPEECH_CONFIDENCE, chunk_segment, ctc_forced_align, token_slots
+from speech_attend.infer.transcribe import APP, Transcriber
 
 RATE = 16000
 _CHARS = list("abcdefghijklmnopqrstuvwxyz' ")
@@ -192,7 +192,7 @@ def test_speech_the_model_scores_as_no_speech_gives_no_invented_text(tmp_path, s
 def test_a_model_without_ctc_head_still_times_words_from_attention(tmp_path, speech_file, monkeypatch):
     from dataclasses import replace
 
-    from speech_attend import timing
+    from speech_attend.infer import timing
 
     monkeypatch.setattr(timing, "NO_SPEECH_CONFIDENCE", -math.inf)  # an untrained speller is unsure of everything
     model = _export(tmp_path / "no_ctc", replace(_LAS, ctc_upsample=0))
@@ -322,14 +322,14 @@ def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import timing_check
 
-    from speech_attend import synth
+    from speech_attend.builtin import corpus
 
-    jobs, _ = synth._plan(tmp_path, {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",))  # wordnet: the same, slower
+    jobs, _ = corpus._plan(tmp_path, {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",))  # wordnet: the same, slower
     assert jobs[0].speaker.split == "dev"
     utterance = timing_check.speak_with_times(jobs[0])
     rate, pitch, volume, seed, pitch_range, word_gap = jobs[0].params
-    corpus = speak(jobs[0].text, jobs[0].speaker.espeak_name, rate, pitch, volume, seed, pitch_range=pitch_range, word_gap=word_gap)
-    assert np.array_equal(utterance.wave, corpus.numpy())  # the clip the corpus would write
+    spoken = speak(jobs[0].text, jobs[0].speaker.espeak_name, rate, pitch, volume, seed, pitch_range=pitch_range, word_gap=word_gap)
+    assert np.array_equal(utterance.wave, spoken.numpy())  # the clip the corpus would write
     starts = [s for _, s in utterance.words if s is not None]
     assert starts == sorted(starts) and abs(starts[0] - utterance.onset) < 0.1  # the first word starts with the speech
 
@@ -350,7 +350,7 @@ def test_timing_check_scores_times_against_the_truth():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import timing_check
 
-    from speech_attend.timing import Segment, Word
+    from speech_attend.infer.timing import Segment, Word
 
     first = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("the", 0.2), ("cat", 0.5)])
     second = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("a", 0.2)])

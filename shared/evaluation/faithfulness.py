@@ -10,7 +10,7 @@ of one output step, over the same positions:
 * the drop when the attention peak is removed, against the drop for a random position (the
   mean over all the others: what a random choice would give on average).
 
-The apps compute the two maps (:mod:`show_attend.explain`, :mod:`speech_attend.explain`);
+The apps compute the two maps (:mod:`show_attend.infer.explain`, :mod:`speech_attend.infer.explain`);
 the comparison is the same for images and speech. Pure functions of tensors, no model here.
 """
 

@@ -1,0 +1,198 @@
+"""Captioning images with a trained model, and exporting models.
+
+A model comes from a Lightning checkpoint or an exported folder (``model.safetensors`` +
+``config.json``), both loaded without running pickled code (:mod:`shared.training.model_files`).
+Images may be any size or mode Pillow reads; they are resized to the model's input size exactly
+as in training. With an overlay folder each image gets one PNG: the image, then one panel per
+word with that word's attention over the image (Xu et al. 2015, Fig. 2-3).
+
+A model with a frozen pretrained encoder leaves those weights out of its files (see
+:mod:`show_attend.model.encoder`); loading it rebuilds them from the published weights file, found
+where training found it, or at ``encoder_weights``. No Lightning here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from shared import Hypothesis, Vocabulary
+from shared.training.model_files import CheckpointError, export_folder, load_model_files
+
+from show_attend.data.images import ImageError, image_transform, load_image
+from show_attend.model.encoder import restore_omitted_weights
+from show_attend.model.captioner import Captioner, CaptionerConfig
+
+__all__ = ["Beam", "CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "APP"]
+
+APP = "show-attend"
+_OVERLAY_SIDE = 256  # overlays are drawn on the image scaled to at most this many pixels a side
+
+
+@dataclass
+class Beam:
+    """One caption the beam search ended with.
+
+    Attributes:
+        tokens (list of str): its words.
+        attention (torch.Tensor): one map per word `(T, gh, gw)`.
+        score (float): its length-normalised log-probability, what the beams are ranked by.
+    """
+
+    tokens: list[str]
+    attention: torch.Tensor
+    score: float
+
+
+@dataclass
+class CaptionResult:
+    """One captioned image.
+
+    Attributes:
+        image (Path): the file.
+        tokens (list of str): the caption's words.
+        attention (torch.Tensor): one map per word `(T, gh, gw)`.
+        score (float): the caption's length-normalised log-probability (NaN when not known).
+        others (list of Beam): the beam's next best captions, best first (with ``nbest`` > 1).
+    """
+
+    image: Path
+    tokens: list[str]
+    attention: torch.Tensor
+    score: float = float("nan")
+    others: list[Beam] = field(default_factory=list)
+
+    @property
+    def caption(self) -> str:
+        return " ".join(self.tokens)
+
+
+def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
+    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder.
+
+    Args:
+        path (str or Path): the model file or folder.
+        device (str or torch.device, optional): where the model runs. (Default: ``"cpu"``)
+        encoder_weights (str or None, optional): the encoder's pretrained weights file, for a
+            model that leaves them out; by default where training found them.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, another app's, or whose encoder weights cannot be restored.
+    """
+    files = load_model_files(path, APP)  # CheckpointError names the file
+    hparams = files.hyper_parameters
+    if not hparams.get("vocabulary"):
+        raise CheckpointError(f"{path}: not a show-attend model (no vocabulary in its config)")
+    try:
+        config = CaptionerConfig.from_hyper_parameters(hparams)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
+    encoder = config.encoder
+    if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
+        encoder.pretrained, encoder.weights_path = False, None
+    elif encoder_weights is not None:
+        encoder.weights_path = encoder_weights
+    model = Captioner(config, Vocabulary(hparams["vocabulary"]))  # EncoderWeightsError says how to give the weights
+    state_dict = dict(files.state_dict)
+    if files.omitted is not None:
+        restore_omitted_weights(state_dict, files.omitted, model.encoder, str(path))
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})") from None
+    return model.to(device).eval()
+
+
+@torch.no_grad()
+def caption_files(
+    model: Captioner,
+    paths: Sequence[str | Path],
+    beam_size: int | None = None,
+    max_length: int | None = None,
+    batch_size: int = 16,
+    nbest: int = 1,
+) -> Iterator[CaptionResult | ImageError]:
+    """Caption image files with batched beam search, in order, a batch at a time.
+
+    Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
+    the file could not be read (the other files are captioned all the same). Only one batch of
+    images is in memory at a time. With ``nbest`` > 1 each result also holds the beam's next
+    ``nbest - 1`` captions (``others``); the best is the same either way.
+    """
+    transform = image_transform(model.config.image_size)
+    device = next(model.parameters()).device
+    for start in range(0, len(paths), batch_size):
+        chunk = list(paths[start : start + batch_size])
+        loaded: dict[int, torch.Tensor | ImageError] = {}
+        for i, path in enumerate(chunk):
+            try:
+                loaded[i] = transform(load_image(path))
+            except ImageError as err:
+                loaded[i] = err
+        good = [i for i, item in loaded.items() if isinstance(item, torch.Tensor)]
+        captions: dict[int, CaptionResult] = {}
+        if good:
+            batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
+            for i, hyps in zip(good, model.generate_nbest(model.encode(batch), nbest, beam_size, max_length)):
+                best, *others = [_beam(model, hyp) for hyp in hyps]
+                captions[i] = CaptionResult(Path(chunk[i]), best.tokens, best.attention, best.score, others)
+        for i in range(len(chunk)):
+            yield captions.get(i, loaded[i])
+
+
+def _beam(model: Captioner, hyp: Hypothesis) -> Beam:
+    attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
+    return Beam(model.vocabulary.decode(hyp.tokens), attention, hyp.normalized_score)
+
+
+def caption_images(
+    model: Captioner,
+    paths: Sequence[str | Path],
+    beam_size: int | None = None,
+    max_length: int | None = None,
+    batch_size: int = 16,
+) -> list[CaptionResult]:
+    """Caption image files; :func:`caption_files` as a list.
+
+    Raises:
+        ImageError: an image is missing or unreadable.
+    """
+    results = []
+    for result in caption_files(model, paths, beam_size, max_length, batch_size):
+        if isinstance(result, ImageError):
+            raise result
+        results.append(result)
+    return results
+
+
+def save_overlay(result: CaptionResult, path: str | Path) -> Path:
+    """The image under its caption, then one attention panel per word, as one PNG."""
+    from shared.evaluation.plots import save_caption_grid
+
+    image = load_image(result.image)
+    scale = _OVERLAY_SIDE / max(image.size)
+    if scale < 1:
+        image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+    return save_caption_grid(np.asarray(image), result.tokens, result.attention, path)
+
+
+def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = False) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` (hyper-parameters and vocabulary) to ``out_dir``.
+
+    Args:
+        ckpt (str or Path): a checkpoint written by ``fit``.
+        out_dir (str or Path): the folder to write.
+        include_encoder (bool, optional): also store frozen pretrained encoder weights, which are
+            otherwise left out (restored from the published file when loaded). (Default: ``False``)
+    """
+    files = load_model_files(ckpt, APP)
+    model = load_captioner(ckpt)
+    state_dict = model.state_dict()
+    omitted = None if include_encoder else files.omitted
+    if omitted is not None:
+        state_dict = {key: value for key, value in state_dict.items() if key not in set(omitted["keys"])}
+    return export_folder(out_dir, APP, state_dict, files.hyper_parameters, omitted)

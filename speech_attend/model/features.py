@@ -1,0 +1,337 @@
+"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel -> global normalisation -> SpecAugment.
+
+Recordings come with a constant offset (cheap sound cards, some phones) and at any level (a
+microphone's gain set too low). Before the log-mel, each utterance loses its mean (DC) and is
+scaled so that its speech level (the 95th percentile of its 10 ms frame power) sits at
+``level_dbfs``: the features of a clip are then the same at any gain and any offset.
+
+The whole front end lives inside the model, so training, validation and ``transcribe`` share
+one code path, and the feature settings and the training-set statistics travel with every
+checkpoint (the statistics are buffers). SpecAugment (Park et al. 2019) masks frequency bands
+and time spans, in training only.
+
+Frame arithmetic is exact (``center=False``): a waveform of ``N >= win`` samples gives
+``1 + (N - win) // hop`` frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torchaudio.transforms import MelSpectrogram
+
+from shared import lengths_to_mask
+
+
+__all__ = ["FeatureConfig", "remove_dc", "speech_level", "normalise_level", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
+
+# The loudest sample the front end takes, as the audio readers (speech_attend.data.audio): past it
+# the frame powers of the level step overflow, and such input is not audio but a broken file.
+MAX_AMPLITUDE = 1000.0
+
+# Models saved before the DC and level steps existed: their configs lack these fields, and they
+# must compute the features they were trained on (see ``FeatureConfig.from_saved``).
+_BEFORE_LEVEL_STEPS = {"remove_dc": False, "level_dbfs": None}
+_LEVEL_FRAME_MS = 10.0  # frames over which the speech level is measured
+_LEVEL_PERCENTILE = 0.95  # loud speech, whatever the share of pauses
+_LEVEL_FLOOR = 1e-10  # frame power (-100 dBFS) below which a waveform is not amplified further
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Feature settings; saved with the model, so inference computes the same features."""
+
+    sample_rate: int = 16000  # Hz; audio is resampled to this on reading
+    n_mels: int = 80  # mel bands
+    win_ms: float = 25.0  # analysis window
+    hop_ms: float = 10.0  # frame shift
+    freq_masks: int = 2  # SpecAugment frequency masks per utterance (0 disables)
+    freq_mask_width: int = 27  # widest frequency mask, in mel bands (F of Park et al.)
+    time_masks: int = 2  # SpecAugment time masks per utterance (0 disables)
+    time_mask_width: int = 40  # widest time mask, in frames (T of Park et al.)
+    time_mask_ratio: float = 0.2  # a time mask covers at most this fraction of the utterance (p)
+    remove_dc: bool = True  # subtract each utterance's mean sample (a constant offset) first
+    level_dbfs: float | None = -20.0  # scale each utterance's speech level to this (None: keep the level)
+
+    def __post_init__(self):
+        if self.sample_rate <= 0 or self.n_mels <= 0 or self.win_ms <= 0 or self.hop_ms <= 0:
+            raise ValueError(f"feature sizes must be positive, got {self}")
+        if not 0.0 <= self.time_mask_ratio <= 1.0:
+            raise ValueError(f"time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}")
+        if self.level_dbfs is not None and not -60.0 <= self.level_dbfs <= 0.0:
+            raise ValueError(f"level_dbfs must be in [-60, 0] dBFS or None, got {self.level_dbfs}")
+
+    @classmethod
+    def from_saved(cls, saved: dict | None) -> "FeatureConfig":
+        """The config of a saved model; one saved before the DC and level steps keeps them off."""
+        if saved is None:
+            return cls()
+        return cls(**{**_BEFORE_LEVEL_STEPS, **saved})
+
+    @property
+    def win_length(self) -> int:
+        return int(round(self.sample_rate * self.win_ms / 1000))
+
+    @property
+    def hop_length(self) -> int:
+        return int(round(self.sample_rate * self.hop_ms / 1000))
+
+
+def remove_dc(waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Subtract each waveform's mean over its own samples; padding stays 0.
+
+    Args:
+        waveforms (torch.Tensor): `(B, N)` padded audio.
+        lengths (torch.Tensor): samples per waveform `(B,)`.
+
+    Returns:
+        torch.Tensor: `(B, N)`.
+    """
+    valid = lengths_to_mask(lengths, waveforms.size(1))
+    mean = (waveforms * valid).sum(1, keepdim=True) / lengths.clamp_min(1)[:, None]  # (B, 1)
+    return (waveforms - mean) * valid
+
+
+def speech_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """Each waveform's speech level: the 95th percentile of its 10 ms frame power, `(B,)`.
+
+    A percentile rather than the mean, so leading silence or pauses do not change it; frames
+    are whole frames of the waveform's own samples (one short frame if it has fewer).
+    """
+    hop = max(1, int(sample_rate * _LEVEL_FRAME_MS / 1000))
+    steps = max(1, waveforms.size(1) // hop)
+    padded = nn.functional.pad(waveforms, (0, steps * hop - waveforms.size(1))) if waveforms.size(1) < hop else waveforms
+    power = padded[:, : steps * hop].reshape(waveforms.size(0), steps, -1).float().square().mean(-1)  # (B, F)
+    frames = (lengths // hop).clamp_min(1)
+    power = power.masked_fill(~lengths_to_mask(frames, steps), float("nan"))
+    return torch.nanquantile(power, _LEVEL_PERCENTILE, dim=1)
+
+
+def normalise_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int, level_dbfs: float) -> torch.Tensor:
+    """Scale each waveform so that its :func:`speech_level` is ``level_dbfs`` (RMS, full scale 1.0).
+
+    Waveforms quieter than -100 dBFS (digital silence, rounding noise) get at most the gain
+    that would bring -100 dBFS to the target, not an unbounded one.
+
+    Returns:
+        torch.Tensor: `(B, N)`.
+    """
+    level = speech_level(waveforms, lengths, sample_rate).clamp_min(_LEVEL_FLOOR)  # (B,)
+    gain = torch.sqrt(10 ** (level_dbfs / 10) / level)
+    return waveforms * gain[:, None].to(waveforms.dtype)
+
+
+class LogMel(nn.Module):
+    """Log mel filterbank energies.
+
+    Args:
+        config (FeatureConfig): window, hop, bands and sample rate.
+    """
+
+    def __init__(self, config: FeatureConfig):
+        super().__init__()
+        self.win, self.hop = config.win_length, config.hop_length
+        # n_fft = window, so a frame spans exactly the window and the frame count is exact.
+        self.mel = MelSpectrogram(
+            config.sample_rate, n_fft=self.win, win_length=self.win, hop_length=self.hop,
+            n_mels=config.n_mels, center=False, power=2.0,
+        )
+
+    def num_frames(self, num_samples: torch.Tensor) -> torch.Tensor:
+        """Frames for each waveform length `(B,)`; 0 for waveforms shorter than one window."""
+        return torch.where(num_samples >= self.win, 1 + (num_samples - self.win) // self.hop, 0)
+
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            waveforms (torch.Tensor): padded audio with shape `(B, N)`.
+            lengths (torch.Tensor): samples per waveform `(B,)`.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames per utterance `(B,)`.
+
+        Raises:
+            ValueError: a waveform holds NaN or infinite samples, or samples so large that their
+                power overflows.
+        """
+        if waveforms.size(1) < self.win:  # too short for one frame: pad so the shapes still work
+            waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
+        with torch.autocast(waveforms.device.type, enabled=False):  # the FFT wants float32
+            power = self.mel(waveforms.float())  # (B, n_mels, T)
+        features = torch.log(power + 1e-6).transpose(1, 2)  # (B, T, n_mels)
+        frames = self.num_frames(lengths)
+        features = features.masked_fill(~lengths_to_mask(frames, features.size(1)).unsqueeze(-1), 0.0)
+        # One check covers NaN and infinite samples and a power that overflows float32: the file
+        # readers refuse such audio, this stops waveforms handed in directly.
+        if not bool(torch.isfinite(features).all()):
+            raise ValueError(_non_finite_reason(waveforms, lengths))
+        return features, frames
+
+
+def _non_finite_reason(waveforms: torch.Tensor, lengths: torch.Tensor) -> str:
+    """Why waveforms `(B, N)` with lengths `(B,)` gave non-finite features, in one line."""
+    valid = lengths_to_mask(lengths, waveforms.size(1))
+    bad = (~torch.isfinite(waveforms) & valid).sum(1)  # (B,)
+    if bad.any():
+        rows = bad.nonzero().squeeze(1).tolist()
+        return (
+            f"waveforms hold {int(bad.sum())} NaN or infinite samples (batch rows {rows}); "
+            "expected finite audio samples"
+        )
+    peak = float(waveforms.masked_fill(~valid, 0.0).abs().max())
+    return f"the log-mel power overflows: samples reach {peak:.3g}; expected audio in about [-1, 1]"
+
+
+class GlobalNorm(nn.Module):
+    """Per-band mean/variance normalisation with statistics of the training set (buffers).
+
+    Args:
+        num_features (int): feature size ``D``.
+    """
+
+    def __init__(self, num_features: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("std", torch.ones(num_features))
+        self.register_buffer("frames", torch.zeros((), dtype=torch.long))  # 0 = not computed yet
+
+    @property
+    def initialised(self) -> bool:
+        return int(self.frames) > 0
+
+    @torch.no_grad()
+    def set_statistics(self, total: torch.Tensor, total_sq: torch.Tensor, frames: int) -> None:
+        """Set mean and std from sums over ``frames`` frames (float64 `(D,)` sums)."""
+        if frames <= 0:
+            raise ValueError("feature statistics need at least one frame of training audio")
+        mean = total / frames
+        var = (total_sq / frames - mean**2).clamp_min(1e-8)
+        self.mean.copy_(mean.float())
+        self.std.copy_(var.sqrt().float())
+        self.frames.fill_(frames)
+
+    def forward(self, features: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """`(B, T, D)` -> `(B, T, D)`; padding frames stay 0."""
+        mask = lengths_to_mask(frames, features.size(1)).unsqueeze(-1)
+        return ((features - self.mean) / self.std) * mask
+
+
+class SpecAugment(nn.Module):
+    """Frequency and time masking (Park et al. 2019), drawn independently per utterance.
+
+    Masked values become 0, the mean of normalised features. Does nothing in eval mode.
+
+    Args:
+        config (FeatureConfig): the ``freq_*`` and ``time_*`` settings.
+    """
+
+    def __init__(self, config: FeatureConfig):
+        super().__init__()
+        self.freq_masks, self.freq_width = config.freq_masks, config.freq_mask_width
+        self.time_masks, self.time_width, self.time_ratio = config.time_masks, config.time_mask_width, config.time_mask_ratio
+
+    @staticmethod
+    def _spans(num: int, max_width: torch.Tensor, extent: torch.Tensor, size: int) -> torch.Tensor:
+        """Union of ``num`` random spans per row, each at most ``max_width`` wide, inside ``extent``.
+
+        Returns a bool mask `(B, size)`, True where masked.
+        """
+        batch = extent.size(0)
+        device = extent.device
+        masked = torch.zeros(batch, size, dtype=torch.bool, device=device)
+        positions = torch.arange(size, device=device)
+        for _ in range(num):
+            width = (torch.rand(batch, device=device) * (max_width + 1).float()).long()  # U{0..max_width}
+            width = torch.minimum(width, extent)
+            start = (torch.rand(batch, device=device) * (extent - width + 1).float()).long()
+            masked |= (positions[None, :] >= start[:, None]) & (positions[None, :] < (start + width)[:, None])
+        return masked
+
+    def forward(self, features: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """Args:
+            features (torch.Tensor): `(B, T, D)`, normalised.
+            frames (torch.Tensor): valid frames per utterance `(B,)`.
+
+        Returns:
+            torch.Tensor: `(B, T, D)` with masks applied (training) or unchanged (eval).
+        """
+        if not self.training:
+            return features
+        batch, steps, bands = features.shape
+        if self.freq_masks:
+            width = torch.full((batch,), self.freq_width, device=features.device)
+            extent = torch.full((batch,), bands, device=features.device)
+            features = features.masked_fill(self._spans(self.freq_masks, width, extent, bands)[:, None, :], 0.0)
+        if self.time_masks:
+            width = torch.minimum(torch.full_like(frames, self.time_width), (frames.float() * self.time_ratio).long())
+            features = features.masked_fill(self._spans(self.time_masks, width, frames, steps)[:, :, None], 0.0)
+        return features
+
+
+class FeatureFrontend(nn.Module):
+    """Waveforms to normalised (and, in training, augmented) log-mel features.
+
+    Args:
+        config (FeatureConfig): feature settings.
+    """
+
+    def __init__(self, config: FeatureConfig):
+        super().__init__()
+        self.config = config
+        self.logmel = LogMel(config)
+        self.norm = GlobalNorm(config.n_mels)
+        self.spec_augment = SpecAugment(config)
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.config.hop_ms / 1000
+
+    def condition(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The waveform steps before the log-mel: DC removal, then the speech level. `(B, N)` -> `(B, N)`."""
+        if self.config.remove_dc:
+            waveforms = remove_dc(waveforms.float(), lengths)
+        if self.config.level_dbfs is not None:
+            waveforms = normalise_level(waveforms.float(), lengths, self.config.sample_rate, self.config.level_dbfs)
+        return waveforms
+
+    def _logmel(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # A non-finite sample is refused by LogMel's check, not spread over the utterance by the steps;
+        # samples far past full scale are refused here, before the level step would hide them.
+        if bool(torch.isfinite(waveforms).all()):
+            peak = float(waveforms.abs().max()) if waveforms.numel() else 0.0
+            if peak > MAX_AMPLITUDE:
+                raise ValueError(f"samples reach {peak:.3g}, past {MAX_AMPLITUDE:g}; expected audio in about [-1, 1]")
+            waveforms = self.condition(waveforms, lengths)
+        return self.logmel(waveforms, lengths)
+
+    @torch.no_grad()
+    def accumulate_statistics(self, batches) -> int:
+        """Compute the global statistics from an iterable of ``(waveforms, lengths)`` batches.
+
+        Returns:
+            int: frames seen.
+        """
+        total = torch.zeros(self.config.n_mels, dtype=torch.float64)
+        total_sq = torch.zeros_like(total)
+        count = 0
+        for waveforms, lengths in batches:
+            features, frames = self._logmel(waveforms.to(self.norm.mean.device), lengths.to(self.norm.mean.device))
+            valid = features[lengths_to_mask(frames, features.size(1))].double().cpu()  # (frames, D)
+            total += valid.sum(0)
+            total_sq += (valid**2).sum(0)
+            count += valid.size(0)
+        self.norm.set_statistics(total, total_sq, count)
+        return count
+
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            waveforms (torch.Tensor): `(B, N)` padded audio at ``config.sample_rate``.
+            lengths (torch.Tensor): samples per waveform `(B,)`.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames `(B,)`.
+        """
+        features, frames = self._logmel(waveforms, lengths)
+        features = self.norm(features, frames)
+        return self.spec_augment(features, frames), frames

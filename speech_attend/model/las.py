@@ -1,0 +1,289 @@
+"""Listen, Attend and Spell (Chan et al., ICASSP 2016) with a joint CTC head (Kim et al. 2017).
+
+    waveform -> log-mel -> Listener (BLSTM + pyramid, 8x shorter) -> Speller (attention) -> characters
+                                      `-> CTC head (optional): a second, monotonic view of the same states
+
+The CTC head trains the listener to put each character at its own frames, which helps the
+attention find its alignment early; at decoding time it rescores the beam's n-best list.
+Characters come at ~15 per second and an 8x listener gives 12.5 frames per second, fewer than
+CTC needs, so the head emits ``ctc_upsample`` label slots per listener frame
+(Libovicky & Helcl 2018).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shared import Hypothesis, Vocabulary, beam_search
+from shared.beam_search import length_normalized
+from shared.training.config import as_dataclass
+
+from speech_attend.model.features import FeatureConfig, FeatureFrontend
+from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
+from speech_attend.model.listener import Listener
+from speech_attend.model.speller import Speller
+
+__all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError", "native_cpu_kernels", "build_recognizer"]
+
+
+@contextmanager
+def native_cpu_kernels():
+    """Run without oneDNN and NNPACK. oneDNN compiles a new LSTM/convolution kernel for every new
+    sequence length, which costs seconds per batch when lengths vary. NNPACK, which PyTorch picks
+    for a convolution over 16 rows or more with a kernel under 17, runs the location filter of a
+    batched beam search many times slower than the native kernel. Both measured in
+    docs/BENCHMARKS.md. CPU-only; GPUs are unaffected."""
+    mkldnn = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        with torch.backends.nnpack.flags(enabled=False):
+            yield
+    finally:
+        torch.backends.mkldnn.enabled = mkldnn
+
+
+class AudioTooShortError(ValueError):
+    """An utterance gives no listener frame after the time reduction."""
+
+
+@dataclass(frozen=True)
+class LASConfig:
+    """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`)."""
+
+    listener_hidden: int = 256  # BLSTM units per direction; listener states have twice this
+    listener_layers: int = 1  # plain BLSTM layers before the pyramid
+    pyramid_layers: int = 3  # each halves time: 3 layers = 8x (Chan et al.)
+    input_stack: int = 1  # frames concatenated before the first BLSTM (extra reduction, CPU configs)
+    layer_norm: bool = False  # layer norm on each listener layer's output (faster convergence)
+    speller_hidden: int = 512  # speller LSTM units
+    speller_layers: int = 2  # stacked speller LSTM cells
+    embedding_dim: int = 64  # character embedding
+    attention: str = "location"  # location (Chorowski et al. 2015), additive, dot, scaled_dot, or none (one fixed vector)
+    attention_dim: int = 256  # hidden size of the MLP scores
+    location_filters: int = 10  # channels of the convolution over the previous alignment
+    location_kernel: int = 31  # its (odd) width, in listener frames
+    dropout: float = 0.2  # between LSTM layers and before the output MLP
+    ctc_upsample: int = 2  # CTC label slots per listener frame; 0 = no CTC head
+    summary: str = "mean"  # with attention none: "mean" of the listener states, or "last" of each direction
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How validation, test and ``transcribe`` search for the transcript."""
+
+    beam_size: int = 8  # beams for test and transcribe
+    val_beam_size: int = 4  # beams for validation during training (1 = greedy, fastest)
+    length_penalty: float = 1.0  # rank by score / (length + 1) ** alpha; 1 = mean log-probability
+    ctc_weight: float = 0.3  # weight of the CTC score when rescoring the n-best list (0 = off)
+    max_len_ratio: float = 2.5  # at most this many characters per listener frame (end detection)
+    max_chunk_seconds: float | None = None  # transcribe splits longer audio; None: set by fit to the longest training utterance
+    lm_weight: float = 0.0  # weight of a language model's log-probability in the beam (shallow fusion; 0 = off), in [0, 2]
+    length_bonus: float = 0.0  # added to the score for each character, offsetting the language model's preference for short outputs
+    max_repeats: int | None = 6  # a hypothesis with one character this many times in a row can only end (twice the longest run of one letter in English); None = off
+
+    def __post_init__(self):
+        if self.max_repeats is not None and self.max_repeats < 2:
+            raise ValueError(f"decoding.max_repeats must be None or at least 2 (characters in a row), got {self.max_repeats}")
+
+
+class LAS(nn.Module):
+    """The recognizer: front end, listener, speller and optional CTC head.
+
+    Args:
+        config (LASConfig): architecture.
+        features (FeatureConfig): front-end settings.
+        vocab_size (int): characters including the specials; the CTC blank is ``<pad>`` (id 0).
+    """
+
+    blank_id = 0
+
+    def __init__(self, config: LASConfig, features: FeatureConfig, vocab_size: int):
+        super().__init__()
+        self.config = config
+        self.frontend = FeatureFrontend(features)
+        self.listener = Listener(
+            features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
+            config.input_stack, config.dropout, config.layer_norm,
+        )
+        self.speller = Speller(
+            vocab_size, self.listener.output_dim, config.speller_hidden, config.speller_layers,
+            config.embedding_dim, config.attention, config.attention_dim, config.location_filters,
+            config.location_kernel, config.dropout, config.summary,
+        )
+        self.ctc_head = nn.Linear(self.listener.output_dim, vocab_size * config.ctc_upsample) if config.ctc_upsample else None
+        self.vocab_size = vocab_size
+        self._open_forget_gates()
+
+    def _open_forget_gates(self) -> None:
+        """Forget-gate biases start at 1 (Jozefowicz et al. 2015): memories last from the first step."""
+        for module in self.modules():
+            if isinstance(module, (nn.LSTM, nn.LSTMCell)):
+                for name, bias in module.named_parameters():
+                    if name.startswith("bias_"):  # gates are ordered input, forget, cell, output
+                        hidden = bias.numel() // 4
+                        with torch.no_grad():
+                            bias[hidden : 2 * hidden].fill_(1.0 if name.startswith("bias_ih") else 0.0)
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds of audio per listener frame."""
+        return self.frontend.frame_seconds * self.listener.reduction
+
+    def min_samples(self) -> int:
+        """Shortest waveform that gives one listener frame."""
+        logmel = self.frontend.logmel
+        return logmel.win + logmel.hop * (self.listener.reduction - 1)
+
+    def encode(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            waveforms (torch.Tensor): `(B, N)` padded audio.
+            lengths (torch.Tensor): samples per waveform `(B,)`.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): listener states `(B, L, 2H)` and lengths `(B,)`.
+
+        Raises:
+            AudioTooShortError: an utterance is shorter than one listener frame.
+        """
+        short = lengths < self.min_samples()
+        if short.any():
+            raise AudioTooShortError(
+                f"audio of {int(lengths[short].min())} samples is shorter than one listener frame; "
+                f"expected at least {self.min_samples()} samples ({self.min_samples() / self.frontend.config.sample_rate:.3f} s)"
+            )
+        features, frames = self.frontend(waveforms, lengths)  # (B, T, n_mels)
+        if torch.is_grad_enabled():  # training: oneDNN's LSTM, much faster forwards and backwards
+            return self.listener(features, frames)  # (B, L, 2H), (B,)
+        with native_cpu_kernels():  # decoding runs packed sequences, which oneDNN does not take
+            return self.listener(features, frames)
+
+    def ctc_log_probs(self, states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """CTC log-probabilities `(B, L * u, V)` and their lengths `(B,)` (``u = ctc_upsample``)."""
+        if self.ctc_head is None:
+            raise ValueError("this model has no CTC head (ctc_upsample: 0)")
+        batch, steps, _ = states.shape
+        logits = self.ctc_head(states).view(batch, steps * self.config.ctc_upsample, self.vocab_size)
+        return logits.float().log_softmax(-1), lengths * self.config.ctc_upsample
+
+    def forward(
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_probability: float = 0.0
+    ) -> dict[str, torch.Tensor]:
+        """Teacher-forced pass for training.
+
+        Args:
+            waveforms (torch.Tensor): `(B, N)`.
+            lengths (torch.Tensor): `(B,)`.
+            inputs (torch.Tensor): speller inputs ``<sos> y_1 .. y_{U-1}`` `(B, U)`.
+            sampling_probability (float, optional): scheduled sampling: the chance that a step reads
+                the model's own previous prediction instead of the true character. (Default: ``0.0``)
+
+        Returns:
+            dict: ``logits`` `(B, U, V)`, ``alignments`` `(B, U, L)`, ``encoder_lengths`` `(B,)`,
+            and, with a CTC head, ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
+        """
+        states, encoder_lengths = self.encode(waveforms, lengths)
+        logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_probability)
+        out = {"logits": logits, "alignments": alignments, "encoder_lengths": encoder_lengths}
+        if self.ctc_head is not None:
+            out["ctc_log_probs"], out["ctc_lengths"] = self.ctc_log_probs(states, encoder_lengths)
+        return out
+
+    @torch.no_grad()
+    def decode(
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None,
+        ctc_posteriors: list | None = None, lm: CharLM | None = None,
+    ) -> tuple[list[Hypothesis], torch.Tensor]:
+        """Transcribe a batch with the shared batched beam search, then CTC rescoring.
+
+        The beam's score sums named, weighted scorers (:class:`speech_attend.model.lm.WeightedScorers`):
+        ``log p_att + lm_weight * log p_lm + length_bonus * |y|``; the CTC rescoring mixes its
+        score with the attention's part only. Scorers of weight 0 are left out.
+
+        Args:
+            waveforms (torch.Tensor): `(B, N)`.
+            lengths (torch.Tensor): `(B,)`.
+            sos (int): start id. eos (int): end id.
+            config (DecodeConfig): search settings.
+            beam_size (int or None, optional): overrides ``config.beam_size``.
+            ctc_posteriors (list or None, optional): with a CTC head, each utterance's CTC
+                log-probabilities `(L_b * u, V)` are appended to it (for word times and
+                confidence, :mod:`speech_attend.infer.timing`). (Default: ``None``)
+            lm (CharLM or None, optional): a language model over this model's vocabulary, fused
+                with ``config.lm_weight``; without one, ``lm_weight`` is not used. (Default: ``None``)
+
+        Returns:
+            (list[Hypothesis], torch.Tensor): the best hypothesis per utterance (``attention``
+            `(len, L)`, ``token_scores``) and the listener lengths `(B,)`.
+        """
+        beam = config.beam_size if beam_size is None else beam_size
+        states, encoder_lengths = self.encode(waveforms, lengths)
+        memory = self.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
+        max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
+        rescore = self.ctc_head is not None and config.ctc_weight > 0
+        batch, device = waveforms.size(0), waveforms.device
+        scorers = WeightedScorers({  # name -> weight, step function, initial state: one entry per scorer
+            "attention": Scorer(1.0, self.speller.step, self.speller.initial_state(memory)),
+            "lm": lm_scorer(lm, config.lm_weight, batch, sos, eos, device),  # without a language model: weight 0, left out
+            "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
+        })
+        with native_cpu_kernels():
+            results = beam_search(
+                scorers.step, scorers.initial_state(), batch, beam, sos, eos, max_len,
+                length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
+                max_repeats=config.max_repeats,
+            )
+        if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
+            log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)
+            if ctc_posteriors is not None:
+                ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(waveforms.size(0)))
+        if rescore:
+            results = [
+                self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)
+            ]
+        return [hyps[0] for hyps in results], encoder_lengths
+
+    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers) -> list[Hypothesis]:
+        """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc`` plus the other
+        scorers' weighted scores (language model, length bonus), length-normalised."""
+        others = scorers.others(hyps)  # the beam's score less the attention's part
+        targets = [torch.tensor(h.tokens, dtype=torch.long) for h in hyps]
+        target_lengths = torch.tensor([len(t) for t in targets])
+        steps = log_probs.size(0)
+        ctc_nll = F.ctc_loss(
+            log_probs[:, None].expand(steps, len(hyps), -1),  # (T, N, V): the same frames for each hypothesis
+            torch.cat(targets).to(log_probs.device) if target_lengths.sum() else torch.zeros(0, dtype=torch.long),
+            torch.full((len(hyps),), steps, dtype=torch.long),
+            target_lengths,
+            blank=self.blank_id, reduction="none", zero_infinity=False,
+        )  # (N,); inf where the frames cannot hold the hypothesis
+        rescored = []
+        for hyp, nll, other in zip(hyps, ctc_nll.tolist(), others):
+            attention = hyp.score - other
+            score = (1 - config.ctc_weight) * attention - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
+            normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
+            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, hyp.token_scores))
+        return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
+
+
+def build_recognizer(hparams: dict) -> tuple[LAS, Vocabulary, DecodeConfig]:
+    """The model (untrained), vocabulary and decoding settings that saved hyper-parameters describe.
+
+    Args:
+        hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s.
+
+    Raises:
+        ValueError: no vocabulary, or settings these classes do not know.
+    """
+    if not hparams.get("vocabulary"):
+        raise ValueError("the model config has no vocabulary; was it saved by speech-attend?")
+    vocabulary = Vocabulary(hparams["vocabulary"])
+    features = hparams.get("features")
+    features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
+    las = as_dataclass(LASConfig, hparams.get("las"))
+    return LAS(las, features, len(vocabulary)), vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding"))

@@ -1,0 +1,235 @@
+"""The recognizer's LightningDataModule: a corpus, its character vocabulary, bucketed loaders.
+
+It reads any corpus :func:`speech_attend.data.readers.read_corpus` knows (LibriSpeech layout,
+Common Voice, a manifest) from ``data_dir``, builds the character vocabulary from the training
+text (or takes a checkpoint's, handed over by the command line), applies the out-of-vocabulary
+policy (``oov_policy``) to the validation and test transcripts, and serves length-bucketed
+batches of padded waveforms. ``cache_audio`` keeps every waveform in memory (the built-in corpus
+fits easily), so each file is decoded once per run instead of once per epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterator
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities import rank_zero_warn
+from torch.utils.data import DataLoader
+
+from shared import Vocabulary
+
+from speech_attend.data.augment import AugmentConfig, AugmentedCollate
+from speech_attend.data.readers import read_corpus
+from speech_attend.data.dataset import SpeechDataset, build_vocabulary, collate
+from speech_attend.data.sampler import BucketBatchSampler
+from speech_attend.data.text import OOV_POLICIES, map_out_of_vocabulary, unknown_characters
+
+__all__ = ["SpeechDataModule"]
+
+
+def _listed(characters: list[str]) -> str:
+    return ", ".join(repr(c) for c in characters)
+
+
+class SpeechDataModule(pl.LightningDataModule):
+    """Splits, vocabulary and bucketed loaders for a speech corpus.
+
+    Args:
+        data_dir (str): the corpus folder (LibriSpeech layout, Common Voice, or manifests).
+        train_split (str, optional): (Default: ``"train"``)
+        val_split (str, optional): (Default: ``"dev"``)
+        test_split (str, optional): (Default: ``"test"``)
+        sample_rate (int, optional): rate the audio is resampled to; must match the model's
+            features. (Default: ``16000``)
+        batch_size (int, optional): most utterances per batch. (Default: ``32``)
+        max_frames (int or None, optional): most padded 10 ms frames per batch (batch size x
+            longest utterance), which keeps memory flat across lengths. (Default: ``None``)
+        eval_batch_size (int, optional): utterances per validation/test batch. (Default: ``64``)
+        num_workers (int, optional): loader processes (0 with ``cache_audio``). (Default: ``0``)
+        cache_audio (bool, optional): keep all waveforms in memory. (Default: ``False``)
+        lowercase (bool, optional): transcripts lower-cased. (Default: ``True``)
+        keep_punctuation (str, optional): punctuation characters kept in transcripts: apostrophes
+            by default ("don't"); "" keeps none. (Default: ``"'"``)
+        min_duration (float, optional): shorter training utterances are left out, seconds. (Default: ``0.1``)
+        max_duration (float or None, optional): longer training utterances are left out. (Default: ``None``)
+        max_train_utterances (int or None, optional): use only the first N training utterances. (Default: ``None``)
+        max_val_utterances (int or None, optional): validate on the first N only (faster
+            epochs; test always uses the whole split). (Default: ``None``)
+        curriculum_epochs (int, optional): first epochs ordered shortest batches first
+            (see :class:`BucketBatchSampler`). (Default: ``0``)
+        seed (int, optional): seed of the batch order. (Default: ``0``)
+        oov_policy (str, optional): what to do with validation and test transcripts that hold
+            characters outside the vocabulary: ``"drop"`` removes those characters
+            (:func:`~speech_attend.data.text.map_out_of_vocabulary`) and warns once per split with the
+            number of transcripts changed and the characters; ``"error"`` stops ``setup`` with an
+            error naming the utterance and the characters. (Default: ``"drop"``)
+        augment (AugmentConfig or None, optional): acoustic conditions drawn for every training
+            batch (:mod:`speech_attend.data.augment`); validation and test data are never augmented.
+            (Default: ``None``)
+        vocabulary (list of str or None, optional): the characters, when they come from a
+            checkpoint rather than from the training text; set by the command line. (Default: ``None``)
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        train_split: str = "train",
+        val_split: str = "dev",
+        test_split: str = "test",
+        sample_rate: int = 16000,
+        batch_size: int = 32,
+        max_frames: int | None = None,
+        eval_batch_size: int = 64,
+        num_workers: int = 0,
+        cache_audio: bool = False,
+        lowercase: bool = True,
+        keep_punctuation: str = "'",
+        min_duration: float = 0.1,
+        max_duration: float | None = None,
+        max_train_utterances: int | None = None,
+        max_val_utterances: int | None = None,
+        curriculum_epochs: int = 0,
+        seed: int = 0,
+        oov_policy: str = "drop",
+        augment: AugmentConfig | None = None,
+        vocabulary: list[str] | None = None,
+    ):
+        super().__init__()
+        if oov_policy not in OOV_POLICIES:
+            raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
+        if augment is not None:
+            augment.check(sample_rate)
+        self.save_hyperparameters(ignore=["vocabulary", "augment"])
+        self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
+        self.augment = augment
+        self._augmented: AugmentedCollate | None = None
+        self.data_dir = Path(data_dir)
+        self.datasets: dict[str, SpeechDataset] = {}
+        self._vocabulary = Vocabulary(vocabulary) if vocabulary else None
+        self._min_samples = 1
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The characters of the training text, or the checkpoint's when one was given."""
+        if self._vocabulary is None:
+            self._vocabulary = build_vocabulary(self._training_set().texts)
+        return self._vocabulary
+
+    @property
+    def vocabulary_tokens(self) -> list[str]:
+        """The vocabulary as a plain list (what the model saves in its checkpoint)."""
+        return self.vocabulary.to_dict()["tokens"]
+
+    def set_min_samples(self, samples: int) -> None:
+        """Clips shorter than ``samples`` (one listener frame of the model) are skipped and logged."""
+        self._min_samples = samples
+        for dataset in self.datasets.values():
+            dataset.min_samples = samples
+
+    def training_durations(self) -> list[float]:
+        """Seconds of every training utterance used."""
+        return list(self._training_set().durations)
+
+    def _dataset(self, split: str, limit: int | None = None, training: bool = False) -> SpeechDataset:
+        hp = self.hparams
+        utterances = read_corpus(self.data_dir, split)[:limit]
+        dataset = SpeechDataset(utterances, hp.sample_rate, hp.lowercase, hp.keep_punctuation, hp.cache_audio)
+        if training:  # drop what the model cannot or should not learn from
+            keep = [
+                i for i, (d, t) in enumerate(zip(dataset.durations, dataset.texts))
+                if t and d >= hp.min_duration and (hp.max_duration is None or d <= hp.max_duration)
+            ]
+            if not keep:
+                raise ValueError(f"{self.data_dir}: no training utterance between {hp.min_duration} and {hp.max_duration} s with text")
+            dataset = dataset.subset(keep)
+        dataset.min_samples = self._min_samples
+        return dataset
+
+    def _training_set(self) -> SpeechDataset:
+        if "train" not in self.datasets:
+            hp = self.hparams
+            self.datasets["train"] = self._dataset(hp.train_split, hp.max_train_utterances, training=True)
+        return self.datasets["train"]
+
+    def setup(self, stage: str | None = None) -> None:
+        hp = self.hparams
+        if stage in ("fit", None):
+            self._training_set()
+        if stage in ("fit", "validate", None) and "val" not in self.datasets:
+            self.datasets["val"] = self._apply_oov_policy(self._dataset(hp.val_split, hp.max_val_utterances), hp.val_split)
+        if stage in ("test", None) and "test" not in self.datasets:
+            self.datasets["test"] = self._apply_oov_policy(self._dataset(hp.test_split), hp.test_split)
+
+    def _apply_oov_policy(self, dataset: SpeechDataset, split: str) -> SpeechDataset:
+        """Drop (with one warning) or refuse the characters of ``dataset``'s transcripts that the
+        model cannot spell, as ``oov_policy`` says; ``dataset.texts`` is changed in place."""
+        charset = set(self.vocabulary_tokens)
+        changed, unknown = 0, set()
+        for index, text in enumerate(dataset.texts):
+            missing = unknown_characters(text, charset)
+            if not missing:
+                continue
+            if self.hparams.oov_policy == "error":
+                utterance = dataset.utterances[index]
+                raise ValueError(
+                    f"{utterance.audio_path}: the {split} transcript of {utterance.utt_id} has characters outside the "
+                    f"vocabulary of the training text: {_listed(missing)}; expected only those characters (or set data.oov_policy: drop)"
+                )
+            dataset.texts[index] = map_out_of_vocabulary(text, charset, policy="drop")
+            changed += 1
+            unknown.update(missing)
+        if changed:
+            rank_zero_warn(
+                f"{changed} of {len(dataset)} {split} transcripts have characters outside the vocabulary of the training text "
+                f"({_listed(sorted(unknown))}); those characters were dropped (data.oov_policy: drop)"
+            )
+        return dataset
+
+    def statistics_batches(self, max_utterances: int = 2000, batch_size: int = 32) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(waveforms, lengths)`` of up to ``max_utterances`` training utterances, for feature statistics."""
+        dataset = self._training_set()
+        step = max(1, len(dataset) // max_utterances)  # an even spread over the corpus, the same on every rank
+        indices = list(range(0, len(dataset), step))[:max_utterances]
+        for start in range(0, len(indices), batch_size):
+            batch = collate([dataset[i] for i in indices[start : start + batch_size]])
+            if batch.batch_size:  # unreadable files are left out here too
+                yield batch.waveforms, batch.lengths
+
+    def _loader(self, name: str, batch_size: int, max_frames: int | None, shuffle: bool, curriculum_epochs: int = 0) -> DataLoader:
+        if name not in self.datasets:
+            raise ValueError(f"the {name} split is not set up (call setup first)")
+        dataset = self.datasets[name]
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = BucketBatchSampler(
+            dataset.frames(), batch_size, max_frames, shuffle=shuffle, seed=self.hparams.seed, num_replicas=world, rank=rank,
+            curriculum_epochs=curriculum_epochs,
+        )
+        workers = self.hparams.num_workers
+        collate_fn = collate
+        if name == "train" and self.augment is not None:  # never the validation or test audio
+            step = trainer.global_step if trainer is not None else 0
+            collate_fn = self._augmented = AugmentedCollate(collate, self.augment, self.hparams.sample_rate, step)
+        return DataLoader(
+            dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_fn,
+            persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
+        )
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """Keeps the augmentation's strength on the training step (a few batches late with loader processes)."""
+        if self._augmented is not None and self.trainer is not None and self.trainer.training:
+            self._augmented.set_step(self.trainer.global_step)
+        return batch
+
+    def train_dataloader(self) -> DataLoader:
+        hp = self.hparams
+        return self._loader("train", hp.batch_size, hp.max_frames, shuffle=True, curriculum_epochs=hp.curriculum_epochs)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", self.hparams.eval_batch_size, None, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.hparams.eval_batch_size, None, shuffle=False)
