@@ -8,7 +8,7 @@ reports the seconds of its second epoch, which starts after the switch:
 
 * ``one``: one thread throughout;
 * ``two``: two threads from the start;
-* ``file``: one thread, then ``ThreadsFromFile`` is told 2 after ``--switch-after`` seconds (the demo's way);
+* ``file``: one thread, then ``ThreadsFromFile`` (``scripts/demo_lanes.py``) is told 2 after ``--switch-after`` seconds (the demo's way);
 * ``pinned``: pinned to one core with one thread, then allowed every core after ``--switch-after``
   seconds; the threads follow only if the training sets them, so this mode sets them through the
   file as well. It shows why the demo does not pin: OpenMP counts the cores when torch loads.
@@ -38,12 +38,12 @@ def _epoch_seconds(log: str, epoch: int) -> float | None:
 
 
 def run(mode: str, data: Path, steps: int, switch_after: float, work: Path) -> float | None:
-    """One fit in ``mode``; the seconds of its second epoch."""
+    """One fit in ``mode``; the seconds of its second epoch. (It runs in ROOT, where ``scripts.demo_lanes`` imports.)"""
     threads_file = work / f"{mode}.threads"
     args = [sys.executable, "-m", "speech_attend.cli", "fit", "--config", "configs/speech_attend/demo.yaml",
             "--data.data_dir", str(data), "--trainer.max_steps", str(steps), "--trainer.default_root_dir", str(work / mode),
             "--trainer.check_val_every_n_epoch", "1000",
-            "--trainer.callbacks+=shared.training.threads.ThreadsFromFile", "--trainer.callbacks.path", str(threads_file)]
+            "--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile", "--trainer.callbacks.path", str(threads_file)]
     env = {**os.environ, "OMP_NUM_THREADS": "2" if mode == "two" else "1"}
     log_path = work / f"{mode}.log"
     with log_path.open("w") as log:

@@ -6,12 +6,13 @@ Each stage is skipped when its result is already there, so a second run reuses t
 data and trained checkpoints and takes about a minute; ``--fresh`` starts over. Every stage
 runs the apps' own command lines, so what the demo shows is what a user gets.
 
-The two apps train at the same time, each on half of the CPU cores: neither training uses two
-cores well on its own (the captioner's products are small, the recognizer's two-process DDP
-waits on its exchanges), and the captioner's tests and examples run while the recognizer is
-still training. Once one lane is done, the other's training takes every core from its next step
-(through a threads file, :class:`~shared.training.threads.ThreadsFromFile`). Their output goes to
-``<out>/logs/``; the terminal shows both one's progress.
+The two apps train at the same time, in two lanes (``scripts/demo_lanes.py``), each one process
+on half of the CPU cores: neither training gains much from a second core (their matrix products
+are small: one decoder step per word or character; docs/BENCHMARKS.md), and the captioner's
+tests and examples run while the recognizer is still training. Once one lane is done, the
+other's training takes every core from its next step (through a threads file that its training
+reads, :class:`~scripts.demo_lanes.ThreadsFromFile`). Their output goes to ``<out>/logs/``; every
+half minute the terminal shows both trainings' steps, read from their runs' ``metrics.csv``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import soundfile
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from demo_lanes import Lane  # noqa: E402
 from demo_page import build_page  # noqa: E402
 
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
@@ -55,72 +57,6 @@ def _say(text: str) -> None:
 def _stage(title: str) -> None:
     """A stage's heading, with the time since the demo started (where the minutes go)."""
     _say(f"\n==> [{time.perf_counter() - _STARTED:4.0f} s] {title}")
-
-
-class Lane:
-    """One app's share of the machine while both train: its commands run with ``threads``
-    threads each and write to ``log`` instead of the terminal.
-
-    Args:
-        name (str): the app, as the progress line says it.
-        log (Path): where its commands' output goes.
-        threads (int): OpenMP threads of its commands.
-        max_steps (int): the training's steps, for the progress line.
-    """
-
-    def __init__(self, name: str, log: Path, threads: int, max_steps: int):
-        self.name, self.log, self.max_steps, self.threads = name, log, max_steps, threads
-        self.threads_file = log.with_suffix(".threads")  # read by the lane's training at every step
-        self.command = "waiting"
-        self.steps_per_epoch = 0
-        self.stopped = False
-        self.process: subprocess.Popen | None = None
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("")
-        self.threads_file.unlink(missing_ok=True)
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
-
-    def fit_options(self) -> tuple[str, ...]:
-        """What a training in this lane is given so that :meth:`widen` reaches it while it runs."""
-        return ("--trainer.callbacks+=shared.training.threads.ThreadsFromFile", "--trainer.callbacks.path", str(self.threads_file))
-
-    def widen(self, threads: int) -> None:
-        """More threads for the lane (the other one is done): its running training takes them at
-        its next step, its later commands from their start."""
-        self.threads = threads
-        written = self.threads_file.with_suffix(".threads.new")
-        written.write_text(f"{threads}\n")
-        written.replace(self.threads_file)  # whole, so a training never reads it half-written
-
-    def progress(self) -> str:
-        """What the lane is doing: its training's step read from the progress bar in its log."""
-        if self.command != "fit":
-            return self.command
-        with self.log.open("rb") as f:
-            f.seek(max(0, self.log.stat().st_size - 8192))
-            tail = f.read().decode(errors="replace")
-        bars = [tuple(map(int, bar)) for bar in re.findall(r"Epoch (\d+):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)", tail)]
-        if not bars:
-            return "fit: starting"
-        # The last epoch's bar counts only the steps left to max_steps, so an epoch is the longest bar seen.
-        self.steps_per_epoch = max(self.steps_per_epoch, *(total for _, _, total in bars))
-        epoch, done, _ = bars[-1]
-        return f"fit: step {min(epoch * self.steps_per_epoch + done, self.max_steps)}/{self.max_steps}"
-
-    def begin(self, command: str) -> None:
-        """Say which command the lane runs next; a stopped lane (the other one failed) starts none."""
-        if self.stopped:
-            raise SystemExit(f"demo: the {self.name} was stopped")
-        self.command = command
-
-    def stop(self) -> None:
-        """Stop the running command (a training saves its checkpoint on SIGTERM)."""
-        self.stopped = True
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
 
 
 def _display(path: Path) -> str:
@@ -366,8 +302,8 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
     lane done first hands its cores to the other."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
     threads = max(1, cores // 2)
-    lanes = [Lane("captioner", out / "logs" / "captioner.log", threads, _max_steps(CAPTIONER_CONFIG)),
-             Lane("recognizer", out / "logs" / "recognizer.log", threads, _max_steps(RECOGNIZER_CONFIG))]
+    lanes = [Lane("captioner", out / "logs" / "captioner.log", threads, _max_steps(CAPTIONER_CONFIG), _run_dir(CAPTIONER_CONFIG)),
+             Lane("recognizer", out / "logs" / "recognizer.log", threads, _max_steps(RECOGNIZER_CONFIG), _run_dir(RECOGNIZER_CONFIG))]
     _say(f"   {threads} thread(s) each, all {cores} to the one still training once the other is done; "
          f"their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}")
     with ThreadPoolExecutor(2) as pool:

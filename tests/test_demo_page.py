@@ -1,5 +1,6 @@
-"""The demo's results page links only files that exist, with relative links; the demo's
-training lanes report progress and stop together when one fails."""
+"""The demo's results page links only files that exist, with relative links; the demo's two
+training lanes stop together when one fails, and the one still training gets the other's cores
+(the lanes themselves: tests/test_demo_lanes.py)."""
 
 import os
 import sys
@@ -116,23 +117,6 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
     assert all(c[-2:] == ["--trainer.precision", "bf16-mixed"] for c in commands)
 
 
-def test_a_lane_reads_its_trainings_step_from_the_progress_bar_in_its_log(tmp_path):
-    import demo
-
-    lane = demo.Lane("captioner", tmp_path / "logs" / "captioner.log", threads=1, max_steps=1200)
-    assert lane.env["OMP_NUM_THREADS"] == "1"
-    lane.command = "fit"
-    assert lane.progress() == "fit: starting"
-    with lane.log.open("a") as log:  # what Lightning's bar writes: carriage returns, one epoch at a time
-        log.write("Epoch 1: 100%|##########| 94/94 [00:20<00:00, 4.6it/s]\rEpoch 2:  50%|#####     | 47/94 [00:10<00:10, 4.5it/s, v_num=0]")
-    assert lane.progress() == "fit: step 235/1200"
-    with lane.log.open("a") as log:  # the last epoch's bar counts only the steps left
-        log.write("\nEpoch 12: 100%|##########| 72/72 [00:20<00:00, 3.6it/s]`Trainer.fit` stopped: `max_steps=1200` reached.")
-    assert lane.progress() == "fit: step 1200/1200"
-    lane.command = "explain"
-    assert lane.progress() == "explain"
-
-
 def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp_path, monkeypatch, capsys):
     import demo
 
@@ -184,7 +168,7 @@ def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp
     start = time.perf_counter()
     demo.train_both(tmp_path / "demo", tmp_path / "data")
     cores = len(os.sched_getaffinity(0))
-    assert seen["extra"] == ("--trainer.callbacks+=shared.training.threads.ThreadsFromFile", "--trainer.callbacks.path", str(stale))
+    assert seen["extra"] == ("--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile", "--trainer.callbacks.path", str(stale))
     assert seen["recognizer"] == [str(max(1, cores // 2)), str(cores)]
     assert time.perf_counter() - start < 25  # handed over when the captioner was done, not at the probe's deadline
 
@@ -207,7 +191,7 @@ def test_a_stopped_lane_starts_no_further_command(tmp_path):
     # The other lane may fail while this one is between two commands: the next one must not start.
     import demo
 
-    lane = demo.Lane("captioner", tmp_path / "captioner.log", threads=1, max_steps=10)
+    lane = demo.Lane("captioner", tmp_path / "captioner.log", threads=1, max_steps=10, runs=tmp_path / "runs")
     lane.stop()
     marker = tmp_path / "ran"
     with pytest.raises(SystemExit, match="stopped"):

@@ -6,7 +6,6 @@ evaluated, and loaded back.
 * :mod:`~shared.training.module`: the LightningModule base with the evaluation loop;
 * :mod:`~shared.training.checkpoints`: the run layout, atomic writes, ``last``/``best``;
 * :mod:`~shared.training.resume`: exact resumption;
-* :mod:`~shared.training.threads`: a running CPU training's threads, changed from outside;
 * :mod:`~shared.training.guards` and :mod:`~shared.training.bad_samples`: unreadable files and
   non-finite numbers;
 * :mod:`~shared.training.model_files`: loading checkpoints and exported models safely;
