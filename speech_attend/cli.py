@@ -84,7 +84,8 @@ def _prepare(argv: list[str]) -> int:
     parser.add_argument("--test", type=int, default=200, help="test utterances, unseen voices (default 200)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--text", choices=["templates", "wordnet"], default="templates",
-                        help="templates: the light 710-word grammar (default); wordnet: natural sentences, ~30,000 words")
+                        help="templates: the 'light' corpus, a 710-word grammar and the demo's 200 eSpeak speakers (default); "
+                             "wordnet: the 'broad' corpus, natural sentences (~30,000 words) and every English voice")
     parser.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
     args = parser.parse_args(argv)
     from speech_attend.builtin.corpus import prepare_synth

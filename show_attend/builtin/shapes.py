@@ -152,7 +152,7 @@ def _background(rng: np.random.Generator, image_size: int) -> np.ndarray:
 
     Two octaves of smooth noise (cloudy blotches and a finer mottle): enough texture that a
     model cannot find objects by "anything not flat". There is no per-pixel noise, which
-    would make each PNG about 4x larger and 3x slower to write.
+    PNG compresses badly: the files would be several times larger and slower to write.
     """
     level = rng.uniform(60.0, 100.0)
     grey = (

@@ -10,10 +10,13 @@ Two choices make a corpus:
   neural voice, optional; :mod:`speech_attend.builtin.piper_voice`). With both, each utterance draws
   its engine.
 
-The light corpus, ``text="templates"`` with eSpeak, is the corpus as it always was (the 200
-classic speakers and their rate, pitch and volume draws), byte for byte, so ``make demo`` and
-the results measured on it stand. With ``text="wordnet"``, eSpeak speaks with every English
-voice and every variant, and draws rate, pitch, pitch range, word gap and volume per utterance
+``text`` also chooses the eSpeak speakers and how their voices are drawn, and the code and
+docs/BENCHMARKS.md name the two corpora after it. The *light* corpus (``text="templates"``, the
+demo's) is the corpus as it was first made, byte for byte: the 200 *classic* eSpeak speakers
+(:func:`~speech_attend.builtin.speakers.classic_espeak_speakers`) and their rate, pitch and
+volume draws, so ``make demo`` and the results measured on it stand. In the *broad* corpus
+(``text="wordnet"``), eSpeak speaks with every English voice and every variant, and draws rate,
+pitch, pitch range, word gap and volume per utterance
 (breathiness and roughness are properties of the variants, which espeak does not expose as
 parameters). piper draws its length, noise and duration-noise scales and a peak level per
 utterance, and each piper speaker is a pitch and formant shift of its one voice.

@@ -3,9 +3,10 @@
 A speaker is a voice of one engine with fixed settings:
 
 - eSpeak NG: an English voice (accent) with a voice variant, ``gmw/en-US+f3``. The light
-  corpus keeps its original 200 (:func:`classic_espeak_speakers`: 8 accents x 25 variants); the
-  broad corpus uses every English voice with the plain voice and every variant that the installed
-  espeak-ng data ships (:func:`espeak_speakers`, read from the data folder).
+  corpus (``prepare synth --text templates``) keeps its original 200, the "classic" speakers
+  (:func:`classic_espeak_speakers`: 8 accents x 25 variants); the broad corpus (``--text wordnet``)
+  uses every English voice with the plain voice and every variant that the installed espeak-ng
+  data ships (:func:`espeak_speakers`, read from the data folder).
 - piper: the one neural voice, made into many speakers by a pitch shift (semitones) and a formant
   shift (:mod:`speech_attend.builtin.voice_shift`), :func:`piper_speakers`.
 

@@ -9,7 +9,7 @@ multiple of ``world_size`` long by splitting the largest batches, so each rank r
 number of steps, the ranks' batches are disjoint, and together they hold every item once.
 The shuffle moves runs of ``world_size`` neighbouring batches as one, so the ranks' batches of
 one step have nearly the same length: a step lasts as long as its slowest rank, and batches
-paired at random would leave the faster rank waiting for about a fifth of the time.
+paired at random would leave the faster rank waiting.
 """
 
 from __future__ import annotations
