@@ -6,7 +6,8 @@
 revision is checked out into a temporary git worktree; each revision runs in a worker process
 of its own (``python scripts/bench_against.py --worker ...`` with that tree first on the import
 path), which builds its model at the benchmark's size and a fixed batch. Both workers start
-from the same weights (copied from this tree's model), both must compute the same loss on the
+from the same weights (copied from the other revision's model: this tree loads older layouts
+through its models' key maps, an older tree cannot read newer ones), both must compute the same loss on the
 same batch (to fp32 tolerance), so that a speedup cannot come from computing something else;
 then they take steps in turn (this, other, this, other, ...) so that both see the same machine,
 and the ratio of their median step times is reported.
@@ -171,8 +172,8 @@ def compare(app: str, revision: str, quick: bool = False, rounds: int = 5) -> di
         try:
             ours, theirs = _Worker(ROOT, app, quick), _Worker(other_tree, app, quick)
             weights = Path(folder) / "weights.pt"
-            ours.ask(f"save {weights}")
-            theirs.ask(f"load {weights}")
+            theirs.ask(f"save {weights}")
+            ours.ask(f"load {weights}")
             losses = ours.ask("loss")["loss"], theirs.ask("loss")["loss"]
             if abs(losses[0] - losses[1]) > TOLERANCE * abs(losses[1]):
                 raise SystemExit(f"bench_against: the two revisions compute different losses on the same batch: {losses}")

@@ -166,8 +166,8 @@ def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: 
         return log_probs.masked_fill(ending != is_eos, float("-inf")), (inner, t + 1, length), alpha
 
     with contextlib.nullcontext() if bf16 else native_cpu_kernels(), autocast(states.device, precision):
-        memory = model.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
-        state = (model.speller.initial_state(memory), torch.zeros_like(chars), chars)
+        memory, inner = model.speller.start(states, encoder_lengths)  # one memory row serves the K beams
+        state = (inner, torch.zeros_like(chars), chars)
         results = beam_search(step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1,
                               memory=memory)
     return results, listener_seconds

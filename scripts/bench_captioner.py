@@ -35,7 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from show_attend.model.decoder import Decoder, DecoderConfig  # noqa: E402
 from show_attend.model.encoder import Encoder, EncoderConfig  # noqa: E402
-from show_attend.train.module import caption_loss, doubly_stochastic_penalty  # noqa: E402
+from show_attend.train.module import doubly_stochastic_penalty  # noqa: E402
 from shared import beam_search, lengths_to_mask  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,8 +94,8 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
 
         def step():
             with autocast(device, precision):  # forward and loss; backward follows the forward's dtypes
-                out = decoder(features, captions[:, :-1], lengths)  # the real steps only, as in training
-                loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
+                out = decoder.score(features, captions, lengths)  # the real steps only, as in training
+                loss = -out.log_probs.sum(1).mean()
                 loss = loss + doubly_stochastic_penalty(out.alphas.float(), step_mask).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -190,7 +190,6 @@ def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(2)
     _, captions, lengths = _batch(cfg, device, generator)
-    step_mask = lengths_to_mask(lengths, cfg.max_len)
     images = torch.randn(cfg.batch, 3, 224, 224, generator=generator).to(device)
 
     with tempfile.TemporaryDirectory() as tmp:  # a cache of this epoch's size, in the real format
@@ -201,8 +200,7 @@ def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
         cache = np.load(Path(tmp) / "train.npy", mmap_mode="r")
 
         def train(features):
-            out = decoder(features, captions[:, :-1], lengths)
-            loss = caption_loss(out.logits, captions[:, 1:], step_mask).mean()
+            loss = -decoder.score(features, captions, lengths).log_probs.sum(1).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -100,9 +100,9 @@ def wrong_mask(path: Path, data: Path, out: Path) -> dict:
     with torch.no_grad(), native_cpu_kernels():
         states, frames = model.encode(waveforms, lengths)
         for name, mask_lengths in (("mask_right", frames), ("mask_dropped", torch.full_like(frames, states.size(1)))):
-            memory = model.speller.precompute(states, mask_lengths)
+            memory, state = model.speller.start(states, mask_lengths)
             max_len = (frames.float() * decoding.max_len_ratio).ceil().long() + 1
-            hyp = beam_search(model.speller.step, model.speller.initial_state(memory), 2, decoding.beam_size,
+            hyp = beam_search(model.speller.step, state, 2, decoding.beam_size,
                               vocabulary.sos_id, vocabulary.eos_id, max_len, length_penalty=decoding.length_penalty,
                               memory=memory)[0][0]
             text = "".join(vocabulary.decode(hyp.tokens))

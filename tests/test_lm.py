@@ -204,14 +204,15 @@ def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recogni
     waves, lengths = _waves(1)
     with torch.no_grad():
         states, frames = model.encode(waves, lengths)
-        memory = model.speller.precompute(states, frames)
-        [hyps] = beam_search(model.speller.step, model.speller.initial_state(memory), 1, 3, sos, eos, 20, 1.0, nbest=3, memory=memory)
+        memory, state = model.speller.start(states, frames)
+        [hyps] = beam_search(model.speller.step, state, 1, 3, sos, eos, 20, 1.0, nbest=3, memory=memory)
         log_probs = model.ctc_log_probs(states, frames)[0][0]
         lm_scores = lm.score([h.tokens for h in hyps], sos, eos, [h.finished for h in hyps]).tolist()
     fused = [Hypothesis(h.tokens, h.score + weight * s, 0.0, h.finished) for h, s in zip(hyps, lm_scores)]  # as the fused beam scores them
     config = DecodeConfig(ctc_weight=0.3)
-    without = model._rescore(hyps, log_probs, config, WeightedScorers({"attention": Scorer(1.0, None, None)}))
-    with_lm = model._rescore(fused, log_probs, config, WeightedScorers({
+    attention = [h.score for h in hyps]  # the beam's, from the speller alone
+    without = model._rescore(hyps, attention, log_probs, config, WeightedScorers({"attention": Scorer(1.0, None, None)}))
+    with_lm = model._rescore(fused, attention, log_probs, config, WeightedScorers({
         "attention": Scorer(1.0, None, None), "lm": lm_scorer(lm, weight, 1, sos, eos)}))
     before = {tuple(h.tokens): h.score for h in without}
     for hyp, s in zip(hyps, lm_scores):

@@ -8,7 +8,8 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared import greedy_search
-from speech_attend.data.dataset import Batch
+from shared import Vocabulary
+from speech_attend.data.dataset import Batch, Collate
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.listener import Listener, _BLSTM
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig
@@ -192,7 +193,7 @@ def _batch():
     g = torch.Generator().manual_seed(1)
     waves = torch.randn(3, 6000, generator=g) * 0.1
     lengths = torch.tensor([6000, 4500, 3000])
-    return Batch(waves, lengths, ["abc ab", "ca", "b"], ["u1", "u2", "u3"])
+    return Collate(Vocabulary(CHARS)).with_texts(Batch(waves, lengths, [], ["u1", "u2", "u3"]), ["abc ab", "ca", "b"])
 
 
 def test_joint_ctc_attention_loss_is_finite_and_reaches_every_part():
@@ -213,8 +214,8 @@ def test_beam_search_with_one_beam_equals_greedy_decoding():
     hyps, _ = model.decode(batch.waveforms, batch.lengths, vocab.sos_id, vocab.eos_id,
                            DecodeConfig(ctc_weight=0.0, max_len_ratio=3.0), beam_size=1)
     states, lengths = model.encode(batch.waveforms, batch.lengths)
-    memory = model.speller.precompute(states, lengths)
-    greedy = greedy_search(lambda t, s: model.speller.step(t, s, memory), model.speller.initial_state(memory),
+    memory, state = model.speller.start(states, lengths)
+    greedy = greedy_search(lambda t, s: model.speller.step(t, s, memory), state,
                            3, vocab.sos_id, vocab.eos_id, max_len=int((lengths.max() * 3.0).ceil()) + 1,
                            max_repeats=DecodeConfig().max_repeats)  # an untrained speller loops: both stop it alike
     limits = (lengths * 3.0).ceil().long() + 1

@@ -1,6 +1,7 @@
 """shared.recurrence: one gradient product for tensors used at every step, same gradients as autograd's."""
 
 import contextlib
+import copy
 import gc
 import weakref
 
@@ -13,7 +14,7 @@ import speech_attend.model.speller as speller_module
 from shared.attention import soft_read
 from shared.recurrence import Recurrence, step_linear, step_read
 from show_attend.model.decoder import Decoder, DecoderConfig
-from speech_attend.model.speller import Speller
+from speech_attend.model.speller import Speller, SpellerConfig
 
 
 def _loop(recurrence: bool, weight, hidden_weight, values, x, steps: int = 6):
@@ -142,43 +143,44 @@ def test_the_captioner_decoder_has_autograds_gradients_with_captions_of_differen
 @pytest.mark.parametrize("sampling", [0.0, 0.5])
 def test_the_speller_has_autograds_gradients_with_location_attention_and_scheduled_sampling(monkeypatch, sampling):
     torch.manual_seed(0)
-    speller = Speller(20, 12, 16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)
+    speller = Speller(20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5))
     states, lengths = torch.randn(3, 11, 12), torch.tensor([11, 9, 6])
     inputs = torch.randint(4, 20, (3, 8))
 
     def loss():
         torch.manual_seed(1)
-        logits, weights = speller(speller.precompute(states, lengths), inputs, sampling_probability=sampling)
+        logits, weights = speller(states, lengths, inputs, sampling_probability=sampling)
         return logits.square().mean() + weights.square().sum()
 
     _assert_same_gradients(monkeypatch, speller_module, speller, loss)
 
 
-def test_the_spellers_decoding_step_follows_weights_changed_between_searches():
-    # step() joins each layer's weights once per search, not once a step; an optimiser step in
-    # between (an in-place change) must be seen by the next search.
+def test_the_spellers_decoding_step_reads_the_weights_as_they_are_now():
+    # No joined copy of the weights is kept between searches: an optimiser step in between (an
+    # in-place change) is seen by the next search.
     torch.manual_seed(0)
-    speller = Speller(20, 12, 16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5).eval()
-    memory = speller.precompute(torch.randn(3, 11, 12), torch.tensor([11, 9, 6]))
+    speller = Speller(20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)).eval()
+    memory, state = speller.start(torch.randn(3, 11, 12), torch.tensor([11, 9, 6]))
     tokens = torch.tensor([4, 5, 6])
     with torch.no_grad():
-        before, _, _ = speller.step(tokens, speller.initial_state(memory), memory)
-        speller.cells[1].weight_ih.add_(0.5)
-        after, _, _ = speller.step(tokens, speller.initial_state(memory), memory)
-        joined = speller._layer_weights()
-        expected, _ = speller._advance(speller._input_gates(speller.embedding(tokens)), speller.initial_state(memory), memory, joined)
+        before, _, _ = speller.step(tokens, state, memory)
+        speller.lstm[1].weight.add_(0.5)
+        after, _, _ = speller.step(tokens, state, memory)
+        fresh = copy.deepcopy(speller)
+        expected, _, _ = fresh.step(tokens, state, memory)
     assert not torch.equal(before, after)
-    assert torch.equal(after, speller.output(expected).float().log_softmax(-1))
+    assert torch.equal(after, expected)
 
 
 def test_the_captioner_decoders_training_pass_and_decoding_steps_give_the_same_words():
-    # Training joins the context's and the state's gate weights into one product per step;
-    # decoding steps use them apart. Both must be the same LSTM.
+    # Training runs only the captions still going at each step; decoding steps run every row.
+    # Both must be the same LSTM.
     torch.manual_seed(0)
     decoder = Decoder(DecoderConfig(embed_dim=12, attention_dim=10, hidden_dim=16, dropout=0.0), 30, 8).eval()
     features, inputs = torch.randn(3, 9, 8), torch.randint(4, 30, (3, 6))
     lengths = torch.tensor([6, 4, 2])
-    packed = decoder(features, inputs, lengths).logits.log_softmax(-1)  # (N, V), caption then step
+    logits = decoder(features, inputs, lengths).logits.log_softmax(-1)  # (B, T, V)
+    packed = torch.cat([logits[b, : int(n)] for b, n in enumerate(lengths)])  # the real steps, caption then step
     memory, state = decoder.start(features)
     stepped = []
     with torch.no_grad():
@@ -195,14 +197,15 @@ def test_scheduled_sampling_feeds_the_rows_it_draws_the_previous_steps_predictio
     # Predictions go through the output layer only for the drawn rows; the logits returned must be
     # those of a step-by-step decode that reads, in each drawn row, the previous step's argmax.
     torch.manual_seed(0)
-    speller = Speller(20, 12, 16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5).eval()
-    memory = speller.precompute(torch.randn(4, 11, 12), torch.tensor([11, 9, 6, 3]))
+    speller = Speller(20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)).eval()
+    states, lengths = torch.randn(4, 11, 12), torch.tensor([11, 9, 6, 3])
+    memory, state = speller.start(states, lengths)
     inputs = torch.randint(4, 20, (4, 9))
     with torch.no_grad():
         torch.manual_seed(1)
-        logits, _ = speller(memory, inputs, sampling_probability=sampling)
+        logits, _ = speller(states, lengths, inputs, sampling_probability=sampling)
         torch.manual_seed(1)  # the same draws, in the same order
-        tokens, state, expected, drawn = inputs[:, 0], speller.initial_state(memory), [], 0
+        tokens, expected, drawn = inputs[:, 0], [], 0
         for i in range(inputs.size(1)):
             if i > 0:
                 sampled = torch.rand(4) < sampling

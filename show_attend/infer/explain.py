@@ -78,11 +78,9 @@ def word_log_probs(model: Captioner, features: torch.Tensor, tokens: Sequence[in
     rows, cells = features.shape[:2]
     if not tokens:  # the model ended at once: no word to explain
         return features.new_zeros(rows, 0), features.new_zeros(rows, 0, cells)
-    inputs = torch.tensor([model.vocabulary.sos_id, *tokens[:-1]], device=features.device).expand(rows, -1)  # (N, T)
-    targets = torch.tensor(list(tokens), device=features.device).expand(rows, -1)  # (N, T): each step's word
-    out = model(features, inputs)
-    log_probs = out.logits.float().log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)  # (N, T)
-    return log_probs, out.alphas.float()
+    sequence = torch.tensor([model.vocabulary.sos_id, *tokens], device=features.device).expand(rows, -1)  # (N, T + 1)
+    out = model.score(features, sequence)
+    return out.log_probs, out.alphas.float()
 
 
 @torch.no_grad()

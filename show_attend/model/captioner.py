@@ -19,7 +19,7 @@ from torch import nn
 from shared import Hypothesis, Vocabulary, beam_search
 from shared.training.config import as_dataclass
 
-from show_attend.model.decoder import Decoder, DecoderConfig, DecoderOutput
+from show_attend.model.decoder import Decoder, DecoderConfig, DecoderOutput, DecoderScores
 from show_attend.model.encoder import Encoder, EncoderConfig
 
 __all__ = ["CaptionerConfig", "Captioner"]
@@ -89,10 +89,27 @@ class Captioner(nn.Module):
             sample (bool, optional): hard attention reads sampled locations. (Default: ``False``)
 
         Returns:
-            DecoderOutput: logits `(B, T, V)`, or `(N, V)` for the ``N`` real steps with
-            ``lengths``; weights `(B, T, L)` (and the samples' log-probabilities).
+            DecoderOutput: logits `(B, T, V)` and weights `(B, T, L)` (and the samples'
+            log-probabilities), 0 at padded steps.
         """
         return self.decoder(features, inputs, lengths, sample)
+
+    def score(
+        self, features: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor | None = None, sample: bool = False
+    ) -> DecoderScores:
+        """Each given word's log-probability given the image and the words before it (:meth:`Decoder.score`).
+
+        Args:
+            features (torch.Tensor): annotation vectors `(B, L, D)`.
+            tokens (torch.Tensor): ``<sos> y_1 .. y_T`` `(B, T + 1)`.
+            lengths (torch.Tensor or None, optional): words to score per caption `(B,)`; ``None``: all ``T``.
+            sample (bool, optional): hard attention reads sampled locations. (Default: ``False``)
+
+        Returns:
+            DecoderScores: log-probabilities `(B, T)`, weights `(B, T, L)` (and the samples'
+            log-probabilities), 0 at padded steps.
+        """
+        return self.decoder.score(features, tokens, lengths, sample)
 
     @torch.no_grad()
     def generate(self, features: torch.Tensor, beam_size: int | None = None, max_length: int | None = None) -> list[Hypothesis]:

@@ -14,9 +14,16 @@ Soft attention reads the expected context; hard attention reads one location sam
 ``alpha_t`` (eq. 8-9, through :func:`shared.hard_read`) and is trained with REINFORCE by the
 LightningModule. ``attention: none`` is the fixed-vector decoder to compare them with: every
 step reads the mean annotation vector (:class:`shared.NoScore`), as Show and Tell reads one
-image vector; everything else is the same. The feature projection ``W_a a_i`` is computed once per image
-(:meth:`Decoder.start`), not at every step. :meth:`Decoder.step` advances one token and is
-what :func:`shared.beam_search` calls.
+image vector; everything else is the same. The LSTM step is the shared one (:class:`shared.lstm.LSTMLayer`).
+
+The decoder protocol, the recognizer's speller's too:
+
+* :meth:`Decoder.start`: the attention memory (the feature projection ``W_a a_i``, computed
+  once per image, not at every step) and the initial state;
+* :meth:`Decoder.step`: one word for any number of hypotheses, what :func:`shared.beam_search` calls;
+* :meth:`Decoder.forward`: teacher-forced logits `(B, T, V)` of whole captions;
+* :meth:`Decoder.score`: each given word's log-probability and the attention that read it
+  (the training loss, ``explain``).
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ import torch
 from torch import nn
 
 from shared import AdditiveScore, Attention, Memory, NoScore, hard_read
+from shared.lstm import LSTMLayer
 from shared.recurrence import Recurrence, step_linear
 
-__all__ = ["DecoderConfig", "DecoderOutput", "Decoder", "GATES", "ATTENTIONS"]
+__all__ = ["DecoderConfig", "DecoderOutput", "DecoderScores", "Decoder", "GATES", "ATTENTIONS"]
 
 GATES = ("scalar", "channel", "none")
 ATTENTIONS = ("soft", "hard", "none")
@@ -61,6 +69,22 @@ class DecoderOutput(NamedTuple):
     sample_log_probs: torch.Tensor | None
 
 
+class DecoderScores(NamedTuple):
+    """What :meth:`Decoder.score` returns.
+
+    Attributes:
+        log_probs (torch.Tensor): ``log p(y_t | y_<t, a)`` of the given words `(B, T)`, float32.
+        alphas (torch.Tensor): attention weights `(B, T, L)`.
+        sample_log_probs (torch.Tensor or None): as :class:`DecoderOutput`'s.
+
+    All three are 0 at padded steps.
+    """
+
+    log_probs: torch.Tensor
+    alphas: torch.Tensor
+    sample_log_probs: torch.Tensor | None
+
+
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (B, n)
 
 
@@ -86,13 +110,17 @@ class Decoder(nn.Module):
         score = NoScore() if config.attention == "none" else AdditiveScore(n, d, config.attention_dim)  # f_att, tanh MLP
         self.attention = Attention(score)
         self.gate = None if config.gate == "none" else nn.Linear(n, 1 if config.gate == "scalar" else d)  # f_beta
-        # T_{D+m+n, 4n} of eq. 1, split by input so the word's share is computed for all steps at once.
+        # T_{D+m+n, 4n} of eq. 1, split by input: the word's share is computed for all steps at once,
+        # the context's and the state's are one product per step (shared.lstm).
         self.embed_to_gates = nn.Linear(m, 4 * n)
-        self.context_to_gates = nn.Linear(d, 4 * n, bias=False)
-        self.hidden_to_gates = nn.Linear(n, 4 * n, bias=False)
+        self.lstm = LSTMLayer(d, n, bias=False)
+        with torch.no_grad():  # each input's block as nn.Linear would start it, uniform in +-1/sqrt(its size)
+            nn.init.uniform_(self.lstm.weight[:, :d], -(d**-0.5), d**-0.5)
+            nn.init.uniform_(self.lstm.weight[:, d:], -(n**-0.5), n**-0.5)
         self.out_hidden, self.out_context = nn.Linear(n, m), nn.Linear(d, m)  # L_h, L_z
         self.out_vocab = nn.Linear(m, vocab_size)  # L_o
         self.dropout = nn.Dropout(config.dropout)
+        self._register_load_state_dict_pre_hook(_from_split_gates)
 
     def start(self, features: torch.Tensor) -> tuple[Memory, State]:
         """Attention memory and initial LSTM state of each image.
@@ -117,24 +145,6 @@ class Decoder(nn.Module):
             context = torch.sigmoid(step_linear(h, self.gate.weight, self.gate.bias)) * context  # beta_t * z_t
         return context, alpha, log_prob
 
-    def _gate_weight(self) -> torch.Tensor:
-        """The context's and the state's gate weights side by side, `(4n, D + n)`, so that a
-        training step is one product; joined once per pass, not per step."""
-        return torch.cat([self.context_to_gates.weight, self.hidden_to_gates.weight], 1)
-
-    def _lstm(
-        self, embed_gates: torch.Tensor, context: torch.Tensor, h: torch.Tensor, c: torch.Tensor, gate_weight: torch.Tensor | None = None
-    ) -> State:
-        """The LSTM update of eq. 1-3; with ``gate_weight`` (:meth:`_gate_weight`) the context's and
-        the state's shares of the gates are one product."""
-        if gate_weight is None:
-            gates = step_linear(context, self.context_to_gates.weight, embed_gates) + step_linear(h, self.hidden_to_gates.weight)
-        else:
-            gates = step_linear(torch.cat([context, h], -1), gate_weight, embed_gates)  # (B, 4n)
-        i, f, g, o = gates.chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        return torch.sigmoid(o) * torch.tanh(c), c
-
     def _output(self, embedded: torch.Tensor, h: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """Deep output layer (eq. 7): logits `(..., V)` from ``E y_{t-1}``, ``h_t`` and ``z_t``."""
         hidden = torch.tanh(embedded + self.out_hidden(self.dropout(h)) + self.out_context(context))  # (..., m)
@@ -145,73 +155,44 @@ class Decoder(nn.Module):
     ) -> DecoderOutput:
         """Teacher-forced pass over whole captions.
 
-        With ``lengths``, each step runs only the captions that still have a word to predict:
-        the batch is ordered longest first, so the live captions are the first rows, and step
-        ``t`` works on ``(lengths > t).sum()`` of them. The deep output layer then runs on the
-        real steps only, never on padding.
-
         Args:
             features (torch.Tensor): annotation vectors `(B, L, D)`.
             inputs (torch.Tensor): input words `(B, T)`, ``<sos>`` first (the captions without
                 their last token).
             lengths (torch.Tensor or None): words to predict per caption `(B,)` (``<eos>``
-                included); ``None``: all ``T`` for every caption.
+                included); only those steps run (:class:`_LongestFirst`). ``None``: all ``T``.
             sample (bool): hard attention: read a sampled location instead of the expected context.
 
         Returns:
-            DecoderOutput: logits for the next words, `(B, T, V)` without ``lengths``, and with
-            them `(N, V)` for the ``N`` real steps in (caption, step) order, the order of
-            ``lengths_to_mask(lengths, T).nonzero()``; weights `(B, T, L)` and, when sampling, the
-            samples' log-probabilities `(B, T)`, both 0 at padded steps.
+            DecoderOutput: logits for the next words `(B, T, V)`, attention weights `(B, T, L)`
+            and, when sampling, the samples' log-probabilities `(B, T)`; all 0 at padded steps.
         """
-        batch, steps = inputs.shape
-        if lengths is None:
-            lengths = torch.full((batch,), steps, dtype=torch.long, device=inputs.device)
-            packed = False
-        else:
-            packed = True
-        order = lengths.argsort(descending=True, stable=True)  # longest first: live captions are the first rows
-        if bool((order == torch.arange(batch, device=order.device)).all()):
-            order = None  # already in order (the data's batches are): no copies
-        else:
-            features, inputs, lengths = features[order], inputs[order], lengths[order]
-        live = (lengths[None, :] > torch.arange(steps, device=lengths.device)[:, None]).sum(1).tolist()  # rows live at each step
-        memory, (h, c) = self.start(features)
-        embedded = self.embedding(inputs)  # (B, T, m)
-        embed_gates = self.embed_to_gates(embedded).unbind(1)  # T x (B, 4n): the word's share of eq. 1, all steps at once
-        gate_weight = self._gate_weight()
-        hs, contexts, alphas, log_probs = [], [], [], []
-        with Recurrence():  # each weight's gradient as one product over all steps
-            for t, rows in enumerate(live):
-                if rows < h.size(0):  # captions that ended leave the batch
-                    h, c, memory = h[:rows], c[:rows], Memory(*(x if x is None else x[:rows] for x in memory))
-                context, alpha, log_prob = self._attend(h, memory, sample)
-                h, c = self._lstm(embed_gates[t][:rows], context, h, c, gate_weight)
-                hs.append(h)
-                contexts.append(context)
-                alphas.append(alpha)
-                log_probs.append(log_prob)
-        # The real steps, from step-major (all captions at t, then t + 1) to (caption, step) order.
-        step_of = torch.cat([torch.full((rows,), t, device=inputs.device) for t, rows in enumerate(live)])
-        row_of = torch.cat([torch.arange(rows, device=inputs.device) for rows in live])
-        flat = row_of * steps + step_of  # (N,) position in the (sorted) B x T grid
-        reorder = flat.argsort()
-        row_of, step_of = row_of[reorder], step_of[reorder]
-        logits = self._output(embedded[row_of, step_of], torch.cat(hs)[reorder], torch.cat(contexts)[reorder])  # (N, V)
-        weights = features.new_zeros(batch, steps, features.size(1))
-        weights[row_of, step_of] = torch.cat(alphas)[reorder].to(weights.dtype)  # (B, T, L), 0 at padding
-        sample_log_probs = None
-        if sample:
-            sample_log_probs = weights.new_zeros(batch, steps)
-            sample_log_probs[row_of, step_of] = torch.cat(log_probs)[reorder].to(weights.dtype)
-        if order is not None:  # back to the caller's order of captions
-            inverse = order.argsort()
-            weights = weights[inverse]
-            sample_log_probs = None if sample_log_probs is None else sample_log_probs[inverse]
-            logits = logits[(order[row_of] * steps + step_of).argsort()]  # by original caption, then step
-        if not packed:
-            logits = logits.view(batch, steps, -1)
-        return DecoderOutput(logits, weights, sample_log_probs)
+        steps = self._teacher_forced(features, inputs, lengths, sample)
+        logits = steps.order.to_grid(self._output(steps.embedded, steps.h, steps.context))  # (B, T, V)
+        return DecoderOutput(logits, steps.alphas, steps.sample_log_probs)
+
+    def score(
+        self, features: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor | None = None, sample: bool = False
+    ) -> DecoderScores:
+        """Each given word's log-probability, teacher-forced: ``-score(...).log_probs.sum(1)`` is
+        ``-log p(y | a)`` of eq. 14. The output layer runs on the real steps only.
+
+        Args:
+            features (torch.Tensor): annotation vectors `(B, L, D)`.
+            tokens (torch.Tensor): ``<sos> y_1 .. y_T`` `(B, T + 1)`, padded after each caption.
+            lengths (torch.Tensor or None): words to score per caption `(B,)` (``<eos>``
+                included); ``None``: all ``T``.
+            sample (bool): hard attention: read a sampled location instead of the expected context.
+
+        Returns:
+            DecoderScores: log-probabilities `(B, T)`, attention weights `(B, T, L)` and, when
+            sampling, the samples' log-probabilities `(B, T)`; all 0 at padded steps.
+        """
+        steps = self._teacher_forced(features, tokens[:, :-1], lengths, sample)
+        logits = self._output(steps.embedded, steps.h, steps.context)  # (N, V)
+        targets = tokens[:, 1:][steps.order.rows, steps.order.steps]  # (N,)
+        log_probs = logits.float().log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)  # (N,)
+        return DecoderScores(steps.order.to_grid(log_probs), steps.alphas, steps.sample_log_probs)
 
     def step(self, tokens: torch.Tensor, state: State, memory: Memory) -> tuple[torch.Tensor, State, torch.Tensor]:
         """One decoding step with the expected context (test time, both soft and hard models).
@@ -230,7 +211,103 @@ class Decoder(nn.Module):
         h, c = state
         embedded = self.embedding(tokens)  # (N, m)
         context, alpha, _ = self._attend(h, memory, sample=False)
-        h, c = self._lstm(self.embed_to_gates(embedded), context, h, c)
+        h, c = self.lstm(context, h, c, self.embed_to_gates(embedded))
         # .float() is free for fp32 logits; log_softmax(dtype=...) would copy them even then (20 MB per step
         # for 100 images' beams of 10,000 words).
         return self._output(embedded, h, context).float().log_softmax(-1), (h, c), alpha
+
+    # ------------------------------------------------------------------ teacher forcing
+
+    def _recurrence(self, features: torch.Tensor, embedded: torch.Tensor, live: list[int], sample: bool) -> list[tuple]:
+        """Eq. 1-6 over the steps of captions ordered longest first: step ``t`` runs the first
+        ``live[t]`` captions, those with a word still to predict.
+
+        Returns:
+            list of (h_t, z_t, alpha_t, log alpha_{t, s_t} or None), each with ``live[t]`` rows.
+        """
+        memory, (h, c) = self.start(features)
+        embed_gates = self.embed_to_gates(embedded).unbind(1)  # T x (B, 4n): the word's share of eq. 1, all steps at once
+        outputs = []
+        with Recurrence():  # each weight's gradient as one product over all steps
+            for t, rows in enumerate(live):
+                if rows < h.size(0):  # captions that ended leave the batch
+                    h, c, memory = h[:rows], c[:rows], Memory(*(x if x is None else x[:rows] for x in memory))
+                context, alpha, log_prob = self._attend(h, memory, sample)  # eq. 4-6
+                h, c = self.lstm(context, h, c, embed_gates[t][:rows])  # eq. 1-3
+                outputs.append((h, context, alpha, log_prob))
+        return outputs
+
+    def _teacher_forced(self, features: torch.Tensor, inputs: torch.Tensor, lengths: torch.Tensor | None, sample: bool) -> "_Steps":
+        """:meth:`_recurrence` on the captions in longest-first order, its outputs back in the caller's."""
+        order = _LongestFirst(lengths, *inputs.shape, inputs.device)
+        embedded = self.embedding(inputs)  # (B, T, m)
+        outputs = self._recurrence(order.sort(features), order.sort(embedded), order.live, sample)
+        h, context, alpha, log_prob = (order.gather(list(column)) for column in zip(*outputs))  # each (N, ...)
+        return _Steps(
+            order, embedded=embedded[order.rows, order.steps], h=h, context=context, alphas=order.to_grid(alpha.to(features.dtype)),
+            sample_log_probs=None if log_prob is None else order.to_grid(log_prob.to(features.dtype)),
+        )
+
+
+class _LongestFirst:
+    """The fast path of teacher forcing: captions ordered longest first, so that the captions still
+    running at step ``t`` are the first ``live[t]`` rows and the others are never computed; and the
+    way back from the steps' outputs (step-major, live rows only) to the real steps in (caption,
+    step) order of the caller's captions.
+
+    Args:
+        lengths (torch.Tensor or None): real steps per caption `(B,)`; ``None``: ``T`` each.
+        batch (int): ``B``. length (int): ``T``.
+    """
+
+    def __init__(self, lengths: torch.Tensor | None, batch: int, length: int, device: torch.device):
+        self.batch, self.length = batch, length
+        if lengths is None:
+            lengths = torch.full((batch,), length, dtype=torch.long, device=device)
+        order = lengths.argsort(descending=True, stable=True)
+        self.order = None if bool((order == torch.arange(batch, device=device)).all()) else order  # None: no copies
+        lengths = lengths if self.order is None else lengths[order]
+        self.live = (lengths[None, :] > torch.arange(length, device=device)[:, None]).sum(1).tolist()  # rows live at each step
+        step_of = torch.cat([torch.full((rows,), t, device=device) for t, rows in enumerate(self.live)])
+        row_of = torch.cat([torch.arange(rows, device=device) for rows in self.live])  # sorted rows, step-major
+        if self.order is not None:
+            row_of = order[row_of]  # the caller's rows
+        self._reorder = (row_of * length + step_of).argsort()  # step-major -> (caption, step) order
+        self.rows, self.steps = row_of[self._reorder], step_of[self._reorder]  # (N,) each: the real steps
+
+    def sort(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.order is None else x[self.order]
+
+    def gather(self, per_step: list[torch.Tensor | None]) -> torch.Tensor | None:
+        """The steps' outputs `T x (live[t], ...)` as `(N, ...)` in (caption, step) order."""
+        return None if per_step[0] is None else torch.cat(per_step)[self._reorder]
+
+    def to_grid(self, packed: torch.Tensor) -> torch.Tensor:
+        """`(N, ...)` -> `(B, T, ...)`, 0 at padded steps."""
+        if packed.size(0) == self.batch * self.length:  # no padding: (caption, step) order is the grid's
+            return packed.view(self.batch, self.length, *packed.shape[1:])
+        grid = packed.new_zeros(self.batch, self.length, *packed.shape[1:])
+        grid[self.rows, self.steps] = packed
+        return grid
+
+
+class _Steps(NamedTuple):
+    """The real steps of a teacher-forced pass in (caption, step) order (which they are:
+    ``order.rows``, ``order.steps``), what the output layer reads at each, and the attention on
+    the grid."""
+
+    order: _LongestFirst
+    embedded: torch.Tensor  # (N, m)
+    h: torch.Tensor  # (N, n)
+    context: torch.Tensor  # (N, D)
+    alphas: torch.Tensor  # (B, T, L)
+    sample_log_probs: torch.Tensor | None  # (B, T)
+
+
+def _from_split_gates(state_dict: dict, prefix: str, *_) -> None:
+    """Load-time key map from the layout with separate context and state gate weights
+    (``context_to_gates.weight``, ``hidden_to_gates.weight``) to the shared step's one
+    ``lstm.weight``, the two side by side (the product the training pass already made)."""
+    context, hidden = f"{prefix}context_to_gates.weight", f"{prefix}hidden_to_gates.weight"
+    if context in state_dict and hidden in state_dict:
+        state_dict[f"{prefix}lstm.weight"] = torch.cat([state_dict.pop(context), state_dict.pop(hidden)], 1)

@@ -24,7 +24,6 @@ from dataclasses import asdict
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from shared import MovingAverageBaseline, ReinforceConfig, Vocabulary, attention_entropy, lengths_to_mask, reinforce_loss
 from shared.evaluation.captions import caption_metrics, exact_match
@@ -40,7 +39,7 @@ from show_attend.model.encoder import EncoderConfig, restore_omitted_weights
 from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.train.pointing import pointing_hits
 
-__all__ = ["CaptionerModule", "doubly_stochastic_penalty", "caption_loss"]
+__all__ = ["CaptionerModule", "doubly_stochastic_penalty"]
 
 
 def doubly_stochastic_penalty(alphas: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
@@ -55,21 +54,6 @@ def doubly_stochastic_penalty(alphas: torch.Tensor, step_mask: torch.Tensor) -> 
     """
     attention_per_location = (alphas * step_mask.unsqueeze(-1).to(alphas.dtype)).sum(1)  # (B, L)
     return ((1.0 - attention_per_location) ** 2).sum(-1)
-
-
-def caption_loss(logits: torch.Tensor, targets: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
-    """``-log p(y | a)`` of each caption `(B,)`: token cross-entropies summed over real steps.
-
-    Args:
-        logits (torch.Tensor): `(N, V)` at the real steps in (caption, step) order (a packed
-            :meth:`Decoder.forward`), or `(B, T, V)` at every step.
-        targets (torch.Tensor): the words to predict `(B, T)`.
-        step_mask (torch.Tensor): bool `(B, T)`, ``True`` at real steps.
-    """
-    if logits.dim() == 3:
-        logits = logits[step_mask]  # (N, V)
-    nll = F.cross_entropy(logits.float(), targets[step_mask], reduction="none")  # (N,)
-    return nll.new_zeros(targets.size(0)).index_add_(0, step_mask.nonzero()[:, 0], nll)
 
 
 class CaptionerModule(AttendModule):
@@ -153,12 +137,11 @@ class CaptionerModule(AttendModule):
             sample (bool): hard attention: read sampled locations, and train them with REINFORCE.
             features (torch.Tensor or None): the batch's annotation vectors, if already computed.
         """
-        captions, lengths = batch["captions"], batch["lengths"]
-        inputs, targets = captions[:, :-1], captions[:, 1:]  # (B, T) each
+        captions, lengths = batch["captions"], batch["lengths"]  # <sos> y_1 .. y_T, (B, T + 1)
         features = self._features(batch) if features is None else features
-        out = self.model(features, inputs, lengths, sample)  # only the real steps run
-        step_mask = lengths_to_mask(lengths, targets.size(1))  # (B, T)
-        nll = caption_loss(out.logits, targets, step_mask)  # (B,)
+        out = self.model.score(features, captions, lengths, sample)  # only the real steps run
+        step_mask = lengths_to_mask(lengths, captions.size(1) - 1)  # (B, T)
+        nll = -out.log_probs.sum(1)  # (B,): -log p(y | a), 0 at padded steps
         penalty = doubly_stochastic_penalty(out.alphas.float(), step_mask)  # (B,)
         if sample:  # hard attention with sampled locations: REINFORCE (reward = log p(y | s))
             baseline = self.baseline.update(-nll)

@@ -24,7 +24,7 @@ from shared import Vocabulary
 from shared.evaluation.faithfulness import MapComparison, compare_maps
 
 from speech_attend.data.audio import load_audio
-from speech_attend.model.las import LAS, DecodeConfig, native_cpu_kernels
+from speech_attend.model.las import LAS, DecodeConfig
 
 __all__ = ["CharExplanation", "AudioExplanation", "char_log_probs", "span_drops", "explain_waveform", "explain_files"]
 
@@ -71,7 +71,7 @@ class AudioExplanation:
 
 @torch.no_grad()
 def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, tokens: Sequence[int], sos: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forced ``log p(character_u)`` and the speller's attention.
+    """Teacher-forced ``log p(character_u)`` and the speller's attention (:meth:`LAS.score`).
 
     Args:
         model (LAS): in eval mode.
@@ -86,11 +86,9 @@ def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, toke
     rows = states.size(0)
     if not tokens:
         return states.new_zeros(rows, 0), states.new_zeros(rows, 0, states.size(1))
-    inputs = torch.tensor([sos, *tokens[:-1]], device=states.device).expand(rows, -1)  # (N, U)
-    targets = torch.tensor(list(tokens), device=states.device).expand(rows, -1)
-    with native_cpu_kernels():
-        logits, alignments = model.speller(model.speller.precompute(states, lengths), inputs)
-    return logits.float().log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1), alignments.float()
+    sequence = torch.tensor([sos, *tokens], device=states.device).expand(rows, -1)  # (N, U + 1)
+    log_probs, alignments = model.score(states, lengths, sequence)
+    return log_probs, alignments.float()
 
 
 @torch.no_grad()
@@ -123,9 +121,8 @@ def span_drops(model: LAS, states: torch.Tensor, length: int, tokens: Sequence[i
 def explain_waveform(model: LAS, vocabulary: Vocabulary, decoding: DecodeConfig, wave: torch.Tensor, path: Path,
                      span: int = 3) -> AudioExplanation:
     """Transcribe one waveform `(N,)` and explain each character (module docstring)."""
-    waves, lengths = wave[None], torch.tensor([wave.numel()], device=wave.device)
-    (hyp,), _ = model.decode(waves, lengths, vocabulary.sos_id, vocabulary.eos_id, decoding)
-    states, frames = model.encode(waves, lengths)  # (1, L, D)
+    states, frames = model.encode(wave[None], torch.tensor([wave.numel()], device=wave.device))  # (1, L, D)
+    (hyp,) = model.search(states, frames, vocabulary.sos_id, vocabulary.eos_id, decoding)
     length, tokens = int(frames[0]), hyp.tokens
     _, alignment = char_log_probs(model, states, frames, tokens, vocabulary.sos_id)  # (1, U, L)
     alignment = alignment[0, :, :length].cpu()  # (U, L)

@@ -27,7 +27,7 @@ from shared.training.config import as_dataclass
 from speech_attend.model.features import FeatureConfig, FeatureFrontend
 from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
 from speech_attend.model.listener import Listener
-from speech_attend.model.speller import Speller
+from speech_attend.model.speller import Speller, SpellerConfig
 
 __all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError", "native_cpu_kernels", "build_recognizer"]
 
@@ -61,16 +61,25 @@ class LASConfig:
     pyramid_layers: int = 3  # each halves time: 3 layers = 8x (Chan et al.)
     input_stack: int = 1  # frames concatenated before the first BLSTM (extra reduction, CPU configs)
     layer_norm: bool = False  # layer norm on each listener layer's output (faster convergence)
-    speller_hidden: int = 512  # speller LSTM units
-    speller_layers: int = 2  # stacked speller LSTM cells
-    embedding_dim: int = 64  # character embedding
-    attention: str = "location"  # location (Chorowski et al. 2015), additive, dot, scaled_dot, or none (one fixed vector)
-    attention_dim: int = 256  # hidden size of the MLP scores
-    location_filters: int = 10  # channels of the convolution over the previous alignment
-    location_kernel: int = 31  # its (odd) width, in listener frames
-    dropout: float = 0.2  # between LSTM layers and before the output MLP
+    # The speller's fields, with its defaults (SpellerConfig's); ``speller`` gathers them.
+    speller_hidden: int = SpellerConfig.hidden  # speller LSTM units
+    speller_layers: int = SpellerConfig.layers  # stacked speller LSTM layers
+    embedding_dim: int = SpellerConfig.embedding_dim  # character embedding
+    attention: str = SpellerConfig.attention  # location (Chorowski et al. 2015), additive, dot, scaled_dot, or none (one fixed vector)
+    attention_dim: int = SpellerConfig.attention_dim  # hidden size of the MLP scores
+    location_filters: int = SpellerConfig.location_filters  # channels of the convolution over the previous alignment
+    location_kernel: int = SpellerConfig.location_kernel  # its (odd) width, in listener frames
+    dropout: float = SpellerConfig.dropout  # between LSTM layers (listener and speller) and before the output MLP
     ctc_upsample: int = 2  # CTC label slots per listener frame; 0 = no CTC head
-    summary: str = "mean"  # with attention none: "mean" of the listener states, or "last" of each direction
+    summary: str = SpellerConfig.summary  # with attention none: "mean" of the listener states, or "last" of each direction
+
+    @property
+    def speller(self) -> SpellerConfig:
+        return SpellerConfig(
+            hidden=self.speller_hidden, layers=self.speller_layers, embedding_dim=self.embedding_dim, attention=self.attention,
+            attention_dim=self.attention_dim, location_filters=self.location_filters, location_kernel=self.location_kernel,
+            dropout=self.dropout, summary=self.summary,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,19 +120,16 @@ class LAS(nn.Module):
             features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
             config.input_stack, config.dropout, config.layer_norm,
         )
-        self.speller = Speller(
-            vocab_size, self.listener.output_dim, config.speller_hidden, config.speller_layers,
-            config.embedding_dim, config.attention, config.attention_dim, config.location_filters,
-            config.location_kernel, config.dropout, config.summary,
-        )
+        self.speller = Speller(vocab_size, self.listener.output_dim, config.speller)
         self.ctc_head = nn.Linear(self.listener.output_dim, vocab_size * config.ctc_upsample) if config.ctc_upsample else None
         self.vocab_size = vocab_size
         self._open_forget_gates()
 
     def _open_forget_gates(self) -> None:
-        """Forget-gate biases start at 1 (Jozefowicz et al. 2015): memories last from the first step."""
+        """The listener's forget-gate biases start at 1 (Jozefowicz et al. 2015): memories last from
+        the first step (the speller opens its own)."""
         for module in self.modules():
-            if isinstance(module, (nn.LSTM, nn.LSTMCell)):
+            if isinstance(module, nn.LSTM):
                 for name, bias in module.named_parameters():
                     if name.startswith("bias_"):  # gates are ordered input, forget, cell, output
                         hidden = bias.numel() // 4
@@ -188,26 +194,62 @@ class LAS(nn.Module):
             and, with a CTC head, ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
         """
         states, encoder_lengths = self.encode(waveforms, lengths)
-        logits, alignments = self.speller(self.speller.precompute(states, encoder_lengths), inputs, sampling_probability)
+        logits, alignments = self.speller(states, encoder_lengths, inputs, sampling_probability)
         out = {"logits": logits, "alignments": alignments, "encoder_lengths": encoder_lengths}
         if self.ctc_head is not None:
             out["ctc_log_probs"], out["ctc_lengths"] = self.ctc_log_probs(states, encoder_lengths)
         return out
 
     @torch.no_grad()
+    def score(
+        self, states: torch.Tensor, encoder_lengths: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The speller's log-probability of each given character, and its attention (:meth:`Speller.score`).
+
+        Args:
+            states (torch.Tensor): listener states `(B, L, D)` (from :meth:`encode`).
+            encoder_lengths (torch.Tensor): `(B,)`.
+            tokens (torch.Tensor): ``<sos> y_1 .. y_U`` `(B, U + 1)`.
+            lengths (torch.Tensor or None, optional): characters per sequence `(B,)`; ``None``: all ``U``.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): `(B, U)` and `(B, U, L)`, 0 past ``lengths``.
+        """
+        with native_cpu_kernels():
+            return self.speller.score(states, encoder_lengths, tokens, lengths)
+
+    @torch.no_grad()
     def decode(
         self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None,
         ctc_posteriors: list | None = None, lm: CharLM | None = None,
     ) -> tuple[list[Hypothesis], torch.Tensor]:
-        """Transcribe a batch with the shared batched beam search, then CTC rescoring.
-
-        The beam's score sums named, weighted scorers (:class:`speech_attend.model.lm.WeightedScorers`):
-        ``log p_att + lm_weight * log p_lm + length_bonus * |y|``; the CTC rescoring mixes its
-        score with the attention's part only. Scorers of weight 0 are left out.
+        """Transcribe a batch: :meth:`encode`, then :meth:`search`.
 
         Args:
             waveforms (torch.Tensor): `(B, N)`.
             lengths (torch.Tensor): `(B,)`.
+            sos, eos, config, beam_size, ctc_posteriors, lm: as :meth:`search` takes them.
+
+        Returns:
+            (list[Hypothesis], torch.Tensor): the best hypothesis per utterance and the listener lengths `(B,)`.
+        """
+        states, encoder_lengths = self.encode(waveforms, lengths)
+        return self.search(states, encoder_lengths, sos, eos, config, beam_size, ctc_posteriors, lm), encoder_lengths
+
+    @torch.no_grad()
+    def search(
+        self, states: torch.Tensor, encoder_lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig,
+        beam_size: int | None = None, ctc_posteriors: list | None = None, lm: CharLM | None = None,
+    ) -> list[Hypothesis]:
+        """The best transcript of each utterance by the shared batched beam search, then CTC rescoring.
+
+        The beam's score sums named, weighted scorers (:class:`speech_attend.model.lm.WeightedScorers`):
+        ``log p_att + lm_weight * log p_lm + length_bonus * |y|``; the CTC rescoring mixes its
+        score with the attention's part only (:meth:`score`). Scorers of weight 0 are left out.
+
+        Args:
+            states (torch.Tensor): listener states `(B, L, D)` (from :meth:`encode`).
+            encoder_lengths (torch.Tensor): `(B,)`.
             sos (int): start id. eos (int): end id.
             config (DecodeConfig): search settings.
             beam_size (int or None, optional): overrides ``config.beam_size``.
@@ -218,17 +260,15 @@ class LAS(nn.Module):
                 with ``config.lm_weight``; without one, ``lm_weight`` is not used. (Default: ``None``)
 
         Returns:
-            (list[Hypothesis], torch.Tensor): the best hypothesis per utterance (``attention``
-            `(len, L)`, ``token_scores``) and the listener lengths `(B,)`.
+            list[Hypothesis]: the best hypothesis per utterance (``attention`` `(len, L)`, ``token_scores``).
         """
         beam = config.beam_size if beam_size is None else beam_size
-        states, encoder_lengths = self.encode(waveforms, lengths)
-        memory = self.speller.precompute(states, encoder_lengths)  # one memory row serves the K beams
+        memory, state = self.speller.start(states, encoder_lengths)  # one memory row serves the K beams
         max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
         rescore = self.ctc_head is not None and config.ctc_weight > 0
-        batch, device = waveforms.size(0), waveforms.device
+        batch, device = states.size(0), states.device
         scorers = WeightedScorers({  # name -> weight, step function, initial state: one entry per scorer
-            "attention": Scorer(1.0, self.speller.step, self.speller.initial_state(memory)),
+            "attention": Scorer(1.0, self.speller.step, state),
             "lm": lm_scorer(lm, config.lm_weight, batch, sos, eos, device),  # without a language model: weight 0, left out
             "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
         })
@@ -241,17 +281,48 @@ class LAS(nn.Module):
         if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
             log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)
             if ctc_posteriors is not None:
-                ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(waveforms.size(0)))
+                ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(batch))
         if rescore:
+            attention = self._attention_scores(states, encoder_lengths, results, sos, eos)
             results = [
-                self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)
+                self._rescore(hyps, attention[b], log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)
             ]
-        return [hyps[0] for hyps in results], encoder_lengths
+        return [hyps[0] for hyps in results]
 
-    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers) -> list[Hypothesis]:
+    def _attention_scores(
+        self, states: torch.Tensor, encoder_lengths: torch.Tensor, results: list[list[Hypothesis]], sos: int, eos: int
+    ) -> list[list[float]]:
+        """``log p_att(y | x)`` of each utterance's hypotheses (their ``<eos>`` included where they
+        ended), all of them teacher-forced in one :meth:`score`."""
+        rows = [b for b, hyps in enumerate(results) for _ in hyps]
+        sequences = [[sos, *h.tokens] + ([eos] if h.finished else []) for hyps in results for h in hyps]
+        lengths = torch.tensor([len(s) - 1 for s in sequences], device=states.device)
+        if not sequences or int(lengths.max()) == 0:
+            return [[0.0] * len(hyps) for hyps in results]
+        tokens = torch.zeros(len(sequences), int(lengths.max()) + 1, dtype=torch.long)
+        for i, sequence in enumerate(sequences):
+            tokens[i, : len(sequence)] = torch.tensor(sequence)
+        index = torch.tensor(rows, device=states.device)
+        log_probs, _ = self.score(states[index], encoder_lengths[index], tokens.to(states.device), lengths)  # (H, U)
+        scores = log_probs.double().sum(1).tolist()
+        grouped, start = [], 0
+        for hyps in results:
+            grouped.append(scores[start : start + len(hyps)])
+            start += len(hyps)
+        return grouped
+
+    def _rescore(
+        self, hyps: list[Hypothesis], attention: list[float], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers
+    ) -> list[Hypothesis]:
         """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc`` plus the other
-        scorers' weighted scores (language model, length bonus), length-normalised."""
-        others = scorers.others(hyps)  # the beam's score less the attention's part
+        scorers' weighted scores (language model, length bonus), length-normalised.
+
+        Args:
+            hyps (list[Hypothesis]): the n-best of one utterance.
+            attention (list[float]): ``log p_att`` of each (:meth:`_attention_scores`).
+            log_probs (torch.Tensor): its CTC log-probabilities `(T, V)`.
+        """
+        others = scorers.others(hyps)  # the language model and length bonus, weighted
         targets = [torch.tensor(h.tokens, dtype=torch.long) for h in hyps]
         target_lengths = torch.tensor([len(t) for t in targets])
         steps = log_probs.size(0)
@@ -263,9 +334,8 @@ class LAS(nn.Module):
             blank=self.blank_id, reduction="none", zero_infinity=False,
         )  # (N,); inf where the frames cannot hold the hypothesis
         rescored = []
-        for hyp, nll, other in zip(hyps, ctc_nll.tolist(), others):
-            attention = hyp.score - other
-            score = (1 - config.ctc_weight) * attention - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
+        for hyp, att, nll, other in zip(hyps, attention, ctc_nll.tolist(), others):
+            score = (1 - config.ctc_weight) * att - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
             normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
             rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, hyp.token_scores))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)

@@ -147,8 +147,8 @@ class Scorer(NamedTuple):
         step (callable): ``(tokens (N,), state, memory) -> (log_probs (N, V), state, attention or None)``.
         state: its initial state, a nest of tensors with first dimension ``B``.
         score (callable or None): ``(hypotheses) -> (H,)`` its log-probability of whole
-            hypotheses (for rescoring the n-best); ``None`` for the attention decoder, whose
-            part is what remains of the beam's score.
+            hypotheses (for rescoring the n-best); ``None`` for the attention decoder, which
+            rescoring asks through the model's own ``score`` (:meth:`speech_attend.model.las.LAS.score`).
     """
 
     weight: float

@@ -10,33 +10,54 @@ The attention is the shared core's: location-aware by default (Chorowski et al. 
 score also sees a convolution of ``alpha_{i-1}``), content-only MLP (``additive``) or ``dot``.
 ``none`` is the fixed-vector speller to compare them with: every step reads one summary of the
 listener states, their mean or (``summary: last``) the last state of each direction.
-The listener states are projected once per utterance (:meth:`Attention.precompute`), never per
-step. :meth:`Speller.step` advances any number of hypotheses by one character; it is the step
-function that :func:`shared.beam_search` drives.
+The LSTM step is the shared one (:class:`shared.lstm.LSTMLayer`).
+
+The decoder protocol, the captioner's decoder's too:
+
+* :meth:`Speller.start`: the attention memory (the listener states projected once per
+  utterance, never per step) and the initial state;
+* :meth:`Speller.step`: one character for any number of hypotheses, the step function that
+  :func:`shared.beam_search` drives;
+* :meth:`Speller.forward`: teacher-forced logits `(B, U, V)` of whole sequences (training);
+* :meth:`Speller.score`: each given character's log-probability and the attention that read it
+  (rescoring, ``explain``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from shared import Attention, Memory, build_score
-from shared.recurrence import Recurrence, step_linear
+from shared.lstm import LSTMLayer
+from shared.recurrence import Recurrence
 
-__all__ = ["Speller", "SpellerState"]
+__all__ = ["SpellerConfig", "Speller", "SpellerState"]
 
 # (hidden (B, layers, H), cell (B, layers, H), context (B, D_enc), weights (B, L)); every
 # tensor has the batch first, as shared.beam_search reorders state along dim 0.
 SpellerState = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _lstm_update(gates: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """An LSTM cell's update from its summed gates `(B, 4H)` (nn.LSTMCell's order: input, forget,
-    cell, output): the new hidden and cell states, each `(B, H)`."""
-    i, f, g, o = gates.chunk(4, dim=-1)
-    cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(cell), cell
+@dataclass(frozen=True)
+class SpellerConfig:
+    """The speller's sizes (:class:`speech_attend.model.las.LASConfig` takes its defaults from here)."""
+
+    hidden: int = 512  # LSTM units H
+    layers: int = 2  # stacked LSTM layers
+    embedding_dim: int = 64  # character embedding
+    attention: str = "location"  # location, additive, dot, scaled_dot (the query projected to D_enc first) or none
+    attention_dim: int = 256  # hidden size of the MLP scores
+    location_filters: int = 10  # channels of the location convolution
+    location_kernel: int = 31  # its odd width, in listener frames
+    dropout: float = 0.2  # between LSTM layers and before the output MLP
+    summary: str = "mean"  # with attention none: "mean" of the listener states, or "last" of each direction
+
+    def __post_init__(self):
+        if self.summary not in ("mean", "last"):
+            raise ValueError(f"summary must be mean or last, got {self.summary!r}")
 
 
 class Speller(nn.Module):
@@ -45,55 +66,49 @@ class Speller(nn.Module):
     Args:
         vocab_size (int): output characters ``V`` (specials included).
         encoder_dim (int): listener state size ``D_enc``.
-        hidden (int): LSTM units ``H``.
-        layers (int, optional): stacked LSTM cells. (Default: ``2``)
-        embedding_dim (int, optional): character embedding size. (Default: ``64``)
-        attention (str, optional): ``location``, ``additive``, ``dot``, ``scaled_dot`` or ``none``;
-            dot scores project the query to ``D_enc`` first. (Default: ``location``)
-        attention_dim (int, optional): hidden size of the MLP scores. (Default: ``128``)
-        location_filters (int, optional): channels of the location convolution. (Default: ``10``)
-        location_kernel (int, optional): odd width of the location convolution. (Default: ``31``)
-        dropout (float, optional): dropout between LSTM layers and before the output MLP. (Default: ``0.0``)
-        summary (str, optional): with ``attention="none"``, the one vector every step reads:
-            ``mean`` of the listener states, or ``last``, the forward direction's last state with
-            the backward direction's first (each direction's whole-utterance state). (Default: ``mean``)
+        config (SpellerConfig, optional): sizes, attention, dropout. (Default: ``SpellerConfig()``)
+
+    Checkpoints from before the shared LSTM step (``cells.*``, :class:`torch.nn.LSTMCell`'s
+    parameters) load through :func:`_from_lstm_cells`.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        encoder_dim: int,
-        hidden: int,
-        layers: int = 2,
-        embedding_dim: int = 64,
-        attention: str = "location",
-        attention_dim: int = 128,
-        location_filters: int = 10,
-        location_kernel: int = 31,
-        dropout: float = 0.0,
-        summary: str = "mean",
-    ):
+    def __init__(self, vocab_size: int, encoder_dim: int, config: SpellerConfig = SpellerConfig()):
         super().__init__()
-        if summary not in ("mean", "last"):
-            raise ValueError(f"summary must be mean or last, got {summary!r}")
-        self.summary_last = attention == "none" and summary == "last"
-        self.layers, self.hidden, self.encoder_dim = layers, hidden, encoder_dim
+        self.config = config
+        hidden, embedding_dim, attention = config.hidden, config.embedding_dim, config.attention
+        self.summary_last = attention == "none" and config.summary == "last"
+        self.layers, self.hidden, self.encoder_dim = config.layers, hidden, encoder_dim
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
-        self.cells = nn.ModuleList(
-            [nn.LSTMCell(embedding_dim + encoder_dim if i == 0 else hidden, hidden) for i in range(layers)]
-        )
-        kwargs = {"num_filters": location_filters, "kernel_size": location_kernel} if attention == "location" else {}
+        # The character's share of the first layer's gates (with its bias), all steps at once in
+        # teacher forcing; the first layer itself reads the previous context, the others the layer below.
+        self.embed_to_gates = nn.Linear(embedding_dim, 4 * hidden)
+        self.lstm = nn.ModuleList([LSTMLayer(encoder_dim if i == 0 else hidden, hidden, bias=i > 0) for i in range(config.layers)])
+        self._init_gates()
+        kwargs = {"num_filters": config.location_filters, "kernel_size": config.location_kernel} if attention == "location" else {}
         dot = attention in ("dot", "scaled_dot")
         self.query_proj = nn.Linear(hidden, encoder_dim) if dot else nn.Identity()  # dot needs D_q == D_k
-        self.attention = Attention(build_score(attention, encoder_dim if dot else hidden, encoder_dim, attention_dim, **kwargs))
+        self.attention = Attention(build_score(attention, encoder_dim if dot else hidden, encoder_dim, config.attention_dim, **kwargs))
         self.output = nn.Sequential(
-            nn.Dropout(dropout), nn.Linear(hidden + encoder_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size)
+            nn.Dropout(config.dropout), nn.Linear(hidden + encoder_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size)
         )
-        self.dropout = nn.Dropout(dropout)
-        self._decoding_weights: tuple[tuple, list] | None = None  # (the weights' identities and versions, _layer_weights())
+        self.dropout = nn.Dropout(config.dropout)
+        self._register_load_state_dict_pre_hook(_from_lstm_cells)
 
-    def precompute(self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor) -> Memory:
-        """Project the listener states once per utterance.
+    @torch.no_grad()
+    def _init_gates(self) -> None:
+        """The LSTM's weights uniform in +-1/sqrt(H), as nn.LSTMCell's; forget-gate biases start at 1
+        (Jozefowicz et al. 2015), so memories last from the first step."""
+        bound = self.hidden**-0.5
+        nn.init.uniform_(self.embed_to_gates.weight, -bound, bound)
+        for bias in [self.embed_to_gates.bias] + [layer.bias for layer in self.lstm[1:]]:
+            nn.init.uniform_(bias, -bound, bound)
+            bias[self.hidden : 2 * self.hidden].fill_(1.0)  # gates are ordered input, forget, cell, output
+
+    # ------------------------------------------------------------------ the protocol
+
+    def start(self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor) -> tuple[Memory, SpellerState]:
+        """The attention memory (the listener states projected once per utterance) and the initial
+        state: zero LSTM states and context, and a previous alignment uniform over the utterance.
 
         Args:
             encoder_states (torch.Tensor): `(B, L, D_enc)`.
@@ -106,84 +121,37 @@ class Speller(nn.Module):
             encoder_states = torch.cat([last, encoder_states[:, 0, half:]], dim=-1)[:, None]  # (B, 1, D_enc)
             encoder_lengths = torch.ones_like(encoder_lengths)
         mask = torch.arange(encoder_states.size(1), device=encoder_states.device)[None, :] < encoder_lengths[:, None]
-        return self.attention.precompute(encoder_states, mask=mask)
-
-    def initial_state(self, memory: Memory) -> SpellerState:
-        """Zero LSTM states and context; the previous alignment starts uniform over the utterance."""
+        memory = self.attention.precompute(encoder_states, mask=mask)
         batch = memory.values.size(0)
         zeros = memory.values.new_zeros(batch, self.layers, self.hidden)
         weights = memory.mask.float() / memory.mask.sum(1, keepdim=True).clamp_min(1).float()  # (B, L)
-        return zeros, zeros.clone(), memory.values.new_zeros(batch, self.encoder_dim), weights.to(memory.values.dtype)
-
-    def _input_gates(self, embedded: torch.Tensor) -> torch.Tensor:
-        """The previous character's share of the first LSTM layer's gates, with both its biases:
-        `(..., E)` -> `(..., 4H)`. It does not depend on the state, so teacher forcing computes
-        it for all steps in one product."""
-        first = self.cells[0]
-        return F.linear(embedded, first.weight_ih[:, : embedded.size(-1)], first.bias_ih + first.bias_hh)
-
-    def _layer_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """Each layer's input and recurrent weights side by side, `(4H, D_in + H)`, with its summed
-        biases, so a step is one product per layer; prepared once per pass, not per step. The
-        first layer's input here is the previous context (its character's share, and its biases,
-        come from :meth:`_input_gates`)."""
-        first = self.cells[0]
-        layers = [(torch.cat([first.weight_ih[:, self.embedding.embedding_dim :], first.weight_hh], 1), None)]
-        layers += [(torch.cat([cell.weight_ih, cell.weight_hh], 1), cell.bias_ih + cell.bias_hh) for cell in self.cells[1:]]
-        return layers
-
-    def _step_weights(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """:meth:`_layer_weights` for :meth:`step`, joined once per search rather than once a
-        step: kept while the cells' weights are the same tensors, unchanged in place."""
-        if torch.is_grad_enabled():
-            return self._layer_weights()
-        key = tuple((id(p), p._version) for p in self.cells.parameters())
-        if self._decoding_weights is None or self._decoding_weights[0] != key:
-            self._decoding_weights = key, self._layer_weights()
-        return self._decoding_weights[1]
-
-    def _advance(
-        self, input_gates: torch.Tensor, state: SpellerState, memory: Memory, layers: list[tuple[torch.Tensor, torch.Tensor | None]]
-    ) -> tuple[torch.Tensor, SpellerState]:
-        """One step from the previous characters' gate shares `(B, 4H)` and :meth:`_layer_weights`;
-        returns ``[s_i; c_i]`` `(B, H + D_enc)` and the new state."""
-        hidden, cell, context, weights = state
-        x = context  # input feeding: the first layer reads [character; previous context]
-        new_h, new_c = [], []
-        for layer, (weight, bias) in enumerate(layers):
-            inputs = torch.cat([x, hidden[:, layer]], dim=-1)  # (B, D_in + H)
-            gates = step_linear(inputs, weight, input_gates if layer == 0 else bias)  # (B, 4H)
-            h, c = _lstm_update(gates, cell[:, layer])  # (B, H)
-            new_h.append(h)
-            new_c.append(c)
-            x = self.dropout(h) if layer < self.layers - 1 else h  # between layers only
-        context, weights = self.attention(self.query_proj(x), memory, weights)  # (B, D_enc), (B, L)
-        state = (torch.stack(new_h, 1), torch.stack(new_c, 1), context, weights)
-        return torch.cat([x, context], dim=-1), state
+        state = zeros, zeros.clone(), memory.values.new_zeros(batch, self.encoder_dim), weights.to(memory.values.dtype)
+        return memory, state
 
     def step(self, tokens: torch.Tensor, state: SpellerState, memory: Memory) -> tuple[torch.Tensor, SpellerState, torch.Tensor]:
         """Advance by one character: the step function for :func:`shared.beam_search`.
 
         Args:
             tokens (torch.Tensor): previous characters `(N,)`.
-            state (SpellerState): from :meth:`initial_state` or the previous step.
-            memory (Memory): from :meth:`precompute`, one row per utterance; ``N`` may be a
+            state (SpellerState): from :meth:`start` or the previous step.
+            memory (Memory): from :meth:`start`, one row per utterance; ``N`` may be a
                 multiple of its rows (the beams of each utterance, consecutive).
 
         Returns:
             (torch.Tensor, SpellerState, torch.Tensor): log-probabilities `(N, V)`, the new
             state, and the attention weights `(N, L)`.
         """
-        features, state = self._advance(self._input_gates(self.embedding(tokens)), state, memory, self._step_weights())
+        features, state = self._advance(self.embed_to_gates(self.embedding(tokens)), state, memory)
         return self.output(features).float().log_softmax(-1), state, state[3]
 
     def forward(
-        self, memory: Memory, inputs: torch.Tensor, sampling_probability: float = 0.0
+        self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor, inputs: torch.Tensor, sampling_probability: float = 0.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced decoding of whole target sequences.
 
         Args:
-            memory (Memory): from :meth:`precompute`.
+            encoder_states (torch.Tensor): listener states `(B, L, D_enc)`.
+            encoder_lengths (torch.Tensor): `(B,)`.
             inputs (torch.Tensor): ``<sos> y_1 .. y_{U-1}`` with shape `(B, U)`.
             sampling_probability (float, optional): scheduled sampling (Bengio et al. 2015): the chance
                 that a step's input is the model's own previous prediction instead of the true
@@ -192,9 +160,8 @@ class Speller(nn.Module):
         Returns:
             (torch.Tensor, torch.Tensor): logits `(B, U, V)` and attention weights `(B, U, L)`.
         """
-        state = self.initial_state(memory)
-        layers = self._layer_weights()
-        input_gates = self._input_gates(self.embedding(inputs)).unbind(1)  # U x (B, 4H): the characters' shares, all steps at once
+        memory, state = self.start(encoder_states, encoder_lengths)
+        input_gates = self.embed_to_gates(self.embedding(inputs)).unbind(1)  # U x (B, 4H): the characters' shares, all steps at once
         outputs, alignments = [], []
         with Recurrence():  # each weight's gradient as one product over all steps
             for i in range(inputs.size(1)):
@@ -203,10 +170,50 @@ class Speller(nn.Module):
                     sampled = torch.rand(inputs.size(0), device=inputs.device) < sampling_probability  # (B,)
                     if sampled.any():
                         step_input = torch.where(sampled[:, None], self._predicted_gates(outputs[-1], sampled), step_input)
-                features, state = self._advance(step_input, state, memory, layers)
+                features, state = self._advance(step_input, state, memory)
                 outputs.append(features)
                 alignments.append(state[3])
         return self.output(torch.stack(outputs, 1)), torch.stack(alignments, 1)  # (B, U, V), (B, U, L)
+
+    def score(
+        self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each character's log-probability given the ones before it, teacher-forced.
+
+        Args:
+            encoder_states (torch.Tensor): listener states `(B, L, D_enc)`.
+            encoder_lengths (torch.Tensor): `(B,)`.
+            tokens (torch.Tensor): ``<sos> y_1 .. y_U`` `(B, U + 1)`, padded after each sequence's end.
+            lengths (torch.Tensor or None, optional): characters to score per sequence `(B,)`;
+                ``None``: all ``U``. (Default: ``None``)
+
+        Returns:
+            (torch.Tensor, torch.Tensor): ``log p(y_u | y_<u, x)`` `(B, U)` in float32 and the
+            attention weights `(B, U, L)`; both 0 past ``lengths``.
+        """
+        logits, alignments = self(encoder_states, encoder_lengths, tokens[:, :-1])
+        log_probs = logits.float().log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, U)
+        if lengths is not None:
+            real = torch.arange(log_probs.size(1), device=log_probs.device)[None, :] < lengths[:, None]  # (B, U)
+            log_probs, alignments = log_probs * real, alignments * real[..., None]
+        return log_probs, alignments
+
+    # ------------------------------------------------------------------ one step
+
+    def _advance(self, input_gates: torch.Tensor, state: SpellerState, memory: Memory) -> tuple[torch.Tensor, SpellerState]:
+        """One step from the previous characters' gate shares `(B, 4H)`; returns ``[s_i; c_i]``
+        `(B, H + D_enc)` and the new state."""
+        hidden, cell, context, weights = state
+        x = context  # input feeding: the first layer reads [character; previous context]
+        new_h, new_c = [], []
+        for layer, lstm in enumerate(self.lstm):
+            h, c = lstm(x, hidden[:, layer], cell[:, layer], input_gates if layer == 0 else None)  # (B, H)
+            new_h.append(h)
+            new_c.append(c)
+            x = self.dropout(h) if layer < self.layers - 1 else h  # between layers only
+        context, weights = self.attention(self.query_proj(x), memory, weights)  # (B, D_enc), (B, L)
+        state = (torch.stack(new_h, 1), torch.stack(new_c, 1), context, weights)
+        return torch.cat([x, context], dim=-1), state
 
     def _predicted_gates(self, features: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The first layer's gate shares `(B, 4H)` of the characters the model predicts from the
@@ -217,4 +224,24 @@ class Speller(nn.Module):
         with torch.no_grad():
             predicted = torch.zeros(features.size(0), dtype=torch.long, device=features.device)
             predicted[rows] = self.output(features[rows]).argmax(-1)
-        return self._input_gates(self.embedding(predicted))
+        return self.embed_to_gates(self.embedding(predicted))
+
+
+def _from_lstm_cells(state_dict: dict, prefix: str, *_) -> None:
+    """Load-time key map from the speller's ``nn.LSTMCell`` layout (``cells.{k}.weight_ih``,
+    ``weight_hh``, ``bias_ih``, ``bias_hh``) to the shared step's: the first cell's character
+    columns become ``embed_to_gates`` (with both biases summed), the rest of each cell's input
+    weights sit beside its recurrent ones in ``lstm.{k}.weight``. The values are the same sums."""
+    layer = 0
+    while f"{prefix}cells.{layer}.weight_ih" in state_dict:
+        old = {name: state_dict.pop(f"{prefix}cells.{layer}.{name}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+        weight_ih, bias = old["weight_ih"], old["bias_ih"] + old["bias_hh"]
+        if layer == 0:
+            embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
+            state_dict[f"{prefix}embed_to_gates.weight"] = weight_ih[:, :embedding_dim].contiguous()
+            state_dict[f"{prefix}embed_to_gates.bias"] = bias
+            weight_ih = weight_ih[:, embedding_dim:]
+        else:
+            state_dict[f"{prefix}lstm.{layer}.bias"] = bias
+        state_dict[f"{prefix}lstm.{layer}.weight"] = torch.cat([weight_ih, old["weight_hh"]], 1)
+        layer += 1
