@@ -3,7 +3,8 @@
 The four steps of attention live in four places: the query comes from the decoder, the
 score from :mod:`shared.scoring`, the normalisation from :func:`shared.masks.masked_softmax`,
 and the read from :mod:`shared.attention`. Beside them: :mod:`shared.beam_search`,
-:mod:`shared.reinforce` (hard attention's training signal) and :mod:`shared.vocabulary`.
+:mod:`shared.reinforce` (hard attention's training signal), :mod:`shared.vocabulary` and
+:mod:`shared.data_files` (the manifests and Hugging Face folders both apps read).
 
 The layers above the core, each importing only those below it::
 

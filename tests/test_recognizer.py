@@ -8,7 +8,8 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared import greedy_search
-from speech_attend.data.dataset import Batch
+from shared import Vocabulary
+from speech_attend.data.dataset import Batch, Collate
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.listener import Listener, _BLSTM
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig
@@ -192,7 +193,7 @@ def _batch():
     g = torch.Generator().manual_seed(1)
     waves = torch.randn(3, 6000, generator=g) * 0.1
     lengths = torch.tensor([6000, 4500, 3000])
-    return Batch(waves, lengths, ["abc ab", "ca", "b"], ["u1", "u2", "u3"])
+    return Collate(Vocabulary(CHARS)).with_texts(Batch(waves, lengths, [], ["u1", "u2", "u3"]), ["abc ab", "ca", "b"])
 
 
 def test_joint_ctc_attention_loss_is_finite_and_reaches_every_part():

@@ -1,8 +1,20 @@
-"""Reading caption data sets: Karpathy split files -> :class:`CaptionRecord`, and finding their image folder.
+"""Reading caption data sets -> :class:`CaptionRecord`: Karpathy split files, manifests, imagefolders.
 
-One reader serves every data set the captioner knows, because they all come as a Karpathy
-split file (``dataset_coco.json``, ``dataset_flickr8k.json``, ``dataset_flickr30k.json``, or the
-built-in ``dataset_shapes.json`` from :mod:`show_attend.builtin.shapes`)::
+:func:`read_captions` picks the reader from what ``data_dir`` holds, in this order (the
+recognizer's :func:`speech_attend.data.readers.read_corpus` does the same with its layouts):
+
+1. ``captions.jsonl``, ``captions.csv`` or ``captions.tsv`` -> :func:`read_manifest`: one row per
+   image-caption pair, ``{"image": "images/0001.jpg", "text": "A dog runs.", "split": "train"}``.
+2. A Hugging Face ``imagefolder``: ``metadata.jsonl`` or ``metadata.csv`` in each split folder
+   (``train/``, ``validation/`` or ``val/``, ``test/``) or in ``data_dir`` itself (training only),
+   with ``file_name`` and ``text`` -> :func:`read_imagefolder`.
+3. One ``dataset_*.json`` -> :func:`read_karpathy`, the images in the folder :func:`find_image_dir` finds.
+
+In the first two, several rows naming one image are its several reference captions, and image
+paths are relative to the file that names them; a bad row stops the reading with its file and
+line. Every data set of the field comes as a Karpathy split file (``dataset_coco.json``,
+``dataset_flickr8k.json``, ``dataset_flickr30k.json``, or the built-in ``dataset_shapes.json``
+from :mod:`show_attend.builtin.shapes`)::
 
     {"images": [{"filename": "...jpg", "filepath": "val2014",    # filepath: COCO only
                  "split": "train|val|test|restval",               # restval joins train
@@ -22,12 +34,26 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared.data_files import MANIFEST_SUFFIXES, Row, metadata_files, read_rows
 
-__all__ = ["DataError", "CaptionRecord", "read_karpathy", "find_karpathy_file", "find_image_dir"]
+__all__ = [
+    "DataError",
+    "CaptionRecord",
+    "read_karpathy",
+    "read_manifest",
+    "read_imagefolder",
+    "read_captions",
+    "find_karpathy_file",
+    "find_image_dir",
+]
 
 
 _SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # restval folds into train
+_MANIFEST_SPLITS = {**_SPLITS, "validation": "val"}  # the Hugging Face name too
+_FOLDER_SPLITS = {"train": "train", "validation": "val", "test": "test"}  # shared.data_files' split -> ours
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
 class DataError(ValueError):
     """A malformed split file or data folder; the message names the file and entry."""
 
@@ -50,11 +76,16 @@ class CaptionRecord:
     objects: list[dict] = field(default_factory=list)
 
 
+def _words(text: str) -> list[str]:
+    """A caption as lower-case words, as Karpathy's split files tokenise theirs."""
+    return _WORD.findall(text.lower())
+
+
 def _tokens(sentence: dict) -> list[str]:
     tokens = sentence.get("tokens")
     if isinstance(tokens, list) and tokens:
         return [str(t).lower() for t in tokens]
-    return _WORD.findall(str(sentence.get("raw", "")).lower())
+    return _words(str(sentence.get("raw", "")))
 
 
 def read_karpathy(json_path: str | Path, image_dir: str | Path) -> list[CaptionRecord]:
@@ -98,6 +129,138 @@ def read_karpathy(json_path: str | Path, image_dir: str | Path) -> list[CaptionR
         path = image_dir / entry.get("filepath", "") / entry["filename"]
         records.append(CaptionRecord(path, split, references, list(entry.get("objects") or [])))
     return records
+
+
+# ----------------------------------------------------------------------------- manifests and imagefolder
+
+
+def _grouped(rows: list[Row], image_column: str, splits: list[str]) -> list[CaptionRecord]:
+    """Rows of one caption each (``splits[i]`` is row i's) -> one record per image with all its
+    captions, in the order the images first appear."""
+    records: dict[Path, CaptionRecord] = {}
+    first_line: dict[Path, str] = {}
+    for row, split in zip(rows, splits):
+        path = row.file(image_column, "image", DataError).resolve()  # one image, however the rows spell its path
+        words = _words(row.text("text", DataError))
+        if not words:
+            raise DataError(f"{row.where}: the caption {row.fields['text']!r} has no words")
+        record = records.get(path)
+        if record is None:
+            records[path], first_line[path] = CaptionRecord(path, split, [words]), row.where
+        elif record.split != split:
+            raise DataError(f"{row.where}: {path.name} is in the {split} split here, in {record.split} at {first_line[path]}; "
+                            "expected one split per image")
+        else:
+            record.references.append(words)
+    return list(records.values())
+
+
+def read_manifest(path: str | Path) -> list[CaptionRecord]:
+    """Read a caption manifest: JSON Lines, CSV or TSV, one image-caption pair per line/row.
+
+    Each row has ``image`` (a path; relative paths resolve against the manifest's folder),
+    ``text`` (the caption as written; it is lower-cased and split into words) and ``split``
+    (``train``, ``val`` or ``validation``, ``test``, or ``restval``, which joins train). CSV and
+    TSV files start with a header row naming the columns, in any order; other columns are
+    ignored. An image named on several rows has all those captions as its references::
+
+        {"image": "images/0001.jpg", "text": "A dog runs on the grass.", "split": "train"}
+        {"image": "images/0001.jpg", "text": "A brown dog running.", "split": "train"}
+
+    Args:
+        path (str or Path): a ``.jsonl``, ``.csv`` or ``.tsv`` file.
+
+    Returns:
+        list of CaptionRecord: one per image, in the order the images first appear.
+
+    Raises:
+        DataError: the file is missing or has an unknown suffix, or a row lacks a field, names an
+            image that does not exist, has a caption without words, an unknown split, or puts an
+            image in two splits (the message gives the file and line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: manifest file not found")
+    rows = read_rows(path, ("image", "text", "split"), DataError)
+    splits = [_MANIFEST_SPLITS.get(str(row.fields.get("split", "")).strip().lower()) for row in rows]
+    for row, split in zip(rows, splits):
+        if split is None:
+            raise DataError(f"{row.where}: 'split' is {row.fields.get('split')!r}; expected train, val (or validation), test or restval")
+    return _grouped(rows, "image", splits)
+
+
+def read_imagefolder(root: str | Path) -> list[CaptionRecord]:
+    """Read a Hugging Face ``imagefolder``: images with a ``metadata.jsonl`` or ``metadata.csv``.
+
+    Each row has ``file_name`` (relative to the metadata file's folder) and ``text``; an image on
+    several rows has all those captions as its references. The splits are the sub-folders
+    ``train/``, ``validation/`` (or ``valid/``, ``val/``, ``dev/``) and ``test/``, each with its
+    metadata file, as ``datasets`` lays them out; a metadata file in ``root`` itself is the
+    training split alone (:func:`shared.data_files.metadata_files`)::
+
+        root/train/metadata.jsonl          {"file_name": "0001.jpg", "text": "A dog runs."}
+        root/train/0001.jpg
+        root/validation/metadata.jsonl ...
+
+    Args:
+        root (str or Path): the folder.
+
+    Returns:
+        list of CaptionRecord: the splits in the order train, val, test; within one, images in
+        the order they first appear.
+
+    Raises:
+        DataError: no metadata file, or a row lacks ``file_name`` or ``text``, names an image that
+            does not exist, or has a caption without words (the message gives the file and line).
+    """
+    root = Path(root)
+    found = metadata_files(root, DataError)
+    if not found:
+        raise DataError(f"{root}: no imagefolder metadata; expected metadata.jsonl or metadata.csv in {root} or in train/, validation/, test/")
+    records = []
+    for split in ("train", "validation", "test"):
+        if split in found:
+            rows = read_rows(found[split], ("file_name", "text"), DataError)
+            records += _grouped(rows, "file_name", [_FOLDER_SPLITS[split]] * len(rows))
+    return records
+
+
+def read_captions(data_dir: str | Path, json_file: str | Path | None = None,
+                  image_dir: str | Path | None = None) -> tuple[list[CaptionRecord], Path]:
+    """Read whatever caption data set ``data_dir`` holds (the rule in the module docstring).
+
+    Args:
+        data_dir (str or Path): the data set's folder.
+        json_file (str or Path or None): a Karpathy split file, relative to ``data_dir`` unless
+            absolute; it is read whatever else the folder holds. (Default: ``None``)
+        image_dir (str or Path or None): for a Karpathy split file, the image folder
+            (:func:`find_image_dir`). (Default: ``None``)
+
+    Returns:
+        tuple: the records (image paths ready to open) and the file or folder they were read from.
+
+    Raises:
+        DataError: the folder is missing, holds none of the layouts, or what it holds is malformed.
+    """
+    data_dir = Path(data_dir)
+    if json_file is None:
+        if not data_dir.is_dir():
+            find_karpathy_file(data_dir)  # its message says how to make the built-in data
+        for suffix in MANIFEST_SUFFIXES:
+            if (data_dir / f"captions{suffix}").is_file():
+                return read_manifest(data_dir / f"captions{suffix}"), data_dir / f"captions{suffix}"
+        if metadata_files(data_dir, DataError):
+            return read_imagefolder(data_dir), data_dir
+        if not any(data_dir.glob("dataset_*.json")):
+            raise DataError(
+                f"{data_dir}: no caption data set; expected captions.jsonl or captions.csv (a manifest), "
+                "metadata.jsonl or metadata.csv (an imagefolder, also in train/, validation/, test/), "
+                "or a Karpathy dataset_*.json (or set data.json_file)"
+            )
+    split_file = data_dir / json_file if json_file is not None else find_karpathy_file(data_dir)
+    records = read_karpathy(split_file, ".")
+    folder = find_image_dir(data_dir, records, image_dir)
+    return [CaptionRecord(folder / r.path, r.split, r.references, r.objects) for r in records], split_file
 
 
 def find_karpathy_file(data_dir: str | Path) -> Path:

@@ -1,7 +1,8 @@
-"""The captioner's LightningDataModule: one Karpathy-format data set, its vocabulary, its loaders.
+"""The captioner's LightningDataModule: one caption data set, its vocabulary, its loaders.
 
-The splits come from the data set's split file (:func:`show_attend.data.readers.read_karpathy`), the
-images from the folder :func:`~show_attend.data.readers.find_image_dir` finds, the vocabulary from the
+It reads any data set :func:`show_attend.data.readers.read_captions` knows from ``data_dir`` (a
+manifest, a Hugging Face imagefolder, or a Karpathy split file with its images in the folder
+:func:`~show_attend.data.readers.find_image_dir` finds), and takes the vocabulary from the
 training captions (or, when evaluating or resuming a checkpoint, from the checkpoint, handed
 over by the command line). With ``feature_cache`` set, the loaders serve the cached features of
 the encoder :meth:`CaptionDataModule.use_encoder` was given, computed once when the loaders are
@@ -21,9 +22,8 @@ from shared import Vocabulary
 
 from show_attend.data.dataset import CaptionDataset, build_vocabulary, collate
 
-from show_attend.data.readers import CaptionRecord, DataError, find_image_dir, find_karpathy_file
+from show_attend.data.readers import CaptionRecord, DataError, read_captions
 from show_attend.data.images import image_transform
-from show_attend.data.readers import read_karpathy
 from show_attend.model.encoder import fingerprint
 from show_attend.data.feature_cache import CachedSplit, FeatureCache
 
@@ -31,16 +31,18 @@ __all__ = ["CaptionDataModule"]
 
 
 class CaptionDataModule(pl.LightningDataModule):
-    """Splits, vocabulary and loaders for one Karpathy-format data set.
+    """Splits, vocabulary and loaders for one caption data set.
 
     Args:
-        data_dir (str): folder with the split file (and, by default, the images).
-            (Default: ``data/shapes``)
-        json_file (str or None): the split file, relative to ``data_dir`` unless absolute; by
-            default the one ``dataset_*.json`` in ``data_dir``.
-        image_dir (str or None): image folder, relative to ``data_dir`` unless absolute; by
-            default the first of ``images``, ``Images``, ``Flicker8k_Dataset``, ... and
-            ``data_dir`` itself that holds the split file's images.
+        data_dir (str): the data set's folder: ``captions.jsonl``/``.csv`` (a manifest),
+            ``metadata.jsonl``/``.csv`` (an imagefolder, also in split folders), or a Karpathy
+            split file with, by default, the images. (Default: ``data/shapes``)
+        json_file (str or None): a Karpathy split file, relative to ``data_dir`` unless absolute,
+            read whatever else ``data_dir`` holds; by default the layout is recognised and a
+            Karpathy data set is the one ``dataset_*.json`` in ``data_dir``.
+        image_dir (str or None): Karpathy data sets: the image folder, relative to ``data_dir``
+            unless absolute; by default the first of ``images``, ``Images``,
+            ``Flicker8k_Dataset``, ... and ``data_dir`` itself that holds the split file's images.
         image_size (int): images are resized to ``image_size x image_size``. (Default: ``224``)
         batch_size (int): training batch size. (Default: ``64``)
         eval_batch_size (int or None): validation/test batch size; ``batch_size`` when ``None``.
@@ -82,18 +84,14 @@ class CaptionDataModule(pl.LightningDataModule):
         if feature_cache and augment:
             raise DataError("data.feature_cache stores fixed features, so it cannot be combined with data.augment")
         self.save_hyperparameters(ignore=["vocabulary"])
-        data_path = Path(data_dir)
         # Relative paths are inside data_dir, so `--data.data_dir` moves a whole config to another copy.
-        self.json_file = data_path / json_file if json_file else find_karpathy_file(data_path)
+        self.records, self.source = read_captions(Path(data_dir), json_file or None, image_dir)
         self.image_size, self.batch_size = image_size, batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers, self.augment, self.max_caption_length = num_workers, augment, max_caption_length
         self.feature_cache, self.keep_images = feature_cache, keep_images
-        records = read_karpathy(self.json_file, ".")
-        self.image_dir = find_image_dir(data_path, records, image_dir)
-        self.records = [CaptionRecord(self.image_dir / r.path, r.split, r.references, r.objects) for r in records]
         if not any(r.split == "train" for r in self.records):
-            raise DataError(f"{self.json_file}: no train (or restval) images")
+            raise DataError(f"{self.source}: no train (or restval) images")
         self.vocabulary = Vocabulary(vocabulary) if vocabulary else build_vocabulary(self.records, min_word_freq, max_vocab_size)
         self._encoder: nn.Module | None = None
         self._cached: dict[str, CachedSplit] = {}
@@ -114,7 +112,7 @@ class CaptionDataModule(pl.LightningDataModule):
     def dataset(self, name: str) -> CaptionDataset:
         records = self.split(name)
         if not records:
-            raise DataError(f"{self.json_file}: the {name} split is empty")
+            raise DataError(f"{self.source}: the {name} split is empty")
         train = name == "train"
         transform = image_transform(self.image_size, augment=train and self.augment)
         cached = self._cached_split(name, records) if self.feature_cache else None
@@ -132,7 +130,7 @@ class CaptionDataModule(pl.LightningDataModule):
         if self._encoder is None:
             raise DataError("data.feature_cache needs the model's encoder; it is handed over by the show-attend command line")
         encoder = self._encoder
-        key = {"encoder": fingerprint(encoder.state_dict()), "image_size": self.image_size, "json_file": str(self.json_file.resolve())}
+        key = {"encoder": fingerprint(encoder.state_dict()), "image_size": self.image_size, "json_file": str(self.source.resolve())}
         cache = FeatureCache(self.feature_cache, key)
         trainer = self.trainer
         if trainer is None or trainer.is_global_zero:

@@ -384,8 +384,9 @@ class AugmentedCollate:
     """A collate function followed by :func:`augment_batch` (for the training loader only).
 
     Args:
-        collate (callable): makes a batch with ``waveforms``, ``lengths`` and ``batch_size``
-            (:func:`speech_attend.data.dataset.collate`).
+        collate (Collate): makes a batch with ``waveforms``, ``lengths`` and ``batch_size``
+            (:class:`speech_attend.data.dataset.Collate`); its ``with_texts`` gives an utterance
+            replaced by a sound without speech the empty transcript, and its ids just ``<eos>``.
         config (AugmentConfig): chances and ranges.
         sample_rate (int): Hz of the audio.
         step (int, optional): the training step the first batches are for. (Default: ``0``)
@@ -417,6 +418,6 @@ class AugmentedCollate:
             waveforms = batch.waveforms.clone()
             for i in _without_speech(waveforms, batch.lengths, config, self.sample_rate, None):
                 texts[i] = ""
-            batch = batch._replace(waveforms=waveforms, texts=texts)
+            batch = self.collate.with_texts(batch._replace(waveforms=waveforms), texts)
         waveforms, lengths = augment_batch(batch.waveforms, batch.lengths, config, self.sample_rate)
         return batch._replace(waveforms=waveforms, lengths=lengths)

@@ -2,9 +2,11 @@
 
 :class:`SpeechDataset` reads the utterances a corpus reader (:mod:`speech_attend.data.readers`)
 lists, at the model's sample rate, with transcripts normalised by
-:func:`speech_attend.data.text.normalize_text`; :func:`collate` pads them into a :class:`Batch`.
-Features are computed by the model's front end (:mod:`speech_attend.model.features`), so the data
-side never needs to know the feature settings. The LightningDataModule that serves the splits
+:func:`speech_attend.data.text.normalize_text`; a :class:`Collate` pads them into a :class:`Batch`
+and, given the vocabulary, turns the transcripts into the speller's ids (as the captioner's
+collate does with captions), so the LightningModule only computes the loss. Features are
+computed by the model's front end (:mod:`speech_attend.model.features`), so the data side never
+needs to know the feature settings. The LightningDataModule that serves the splits
 is :mod:`speech_attend.train.datamodule`. No Lightning here: ``transcribe`` imports this module.
 """
 
@@ -25,7 +27,7 @@ from speech_attend.data.audio import AudioError, audio_duration, load_audio
 from speech_attend.data.readers import Utterance
 from speech_attend.data.text import normalize_text
 
-__all__ = ["Batch", "SpeechDataset", "collate", "pad_waves", "build_vocabulary", "FRAMES_PER_SECOND"]
+__all__ = ["Batch", "SpeechDataset", "Collate", "collate", "speller_targets", "pad_waves", "build_vocabulary", "FRAMES_PER_SECOND"]
 
 FRAMES_PER_SECOND = 100  # unit of ``max_frames``: 10 ms frames
 
@@ -39,6 +41,10 @@ class Batch(NamedTuple):
         texts (list[str]): normalised transcripts.
         keys (list[str]): utterance ids.
         skipped (list[BadSample]): items left out because their audio could not be read.
+        inputs (torch.Tensor or None): speller inputs ``<sos> y`` `(B, U + 1)`, padded; ``None``
+            from a collate without a vocabulary (:func:`speller_targets` for all three).
+        outputs (torch.Tensor or None): speller outputs ``y <eos>`` `(B, U + 1)`, padded.
+        label_lengths (torch.Tensor or None): characters per transcript, ``<eos>`` not counted `(B,)`.
     """
 
     waveforms: torch.Tensor
@@ -46,6 +52,9 @@ class Batch(NamedTuple):
     texts: list[str]
     keys: list[str]
     skipped: list[BadSample] = []
+    inputs: torch.Tensor | None = None
+    outputs: torch.Tensor | None = None
+    label_lengths: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -147,15 +156,59 @@ def _reason(err: AudioError, path) -> str:
     return str(err).removeprefix(f"{path}: ")
 
 
-def collate(items: list[tuple[torch.Tensor, str, str] | BadSample]) -> Batch:
-    """Pad waveforms to the longest and keep the lengths beside them; unreadable items are left out
-    (listed in ``skipped``), and a batch of only unreadable items has no utterances at all."""
-    items, skipped = drop_bad_samples(items)
-    if not items:
-        return Batch(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), [], [], skipped)
-    waves, texts, keys = zip(*items)
-    padded, lengths = pad_waves(waves)
-    return Batch(padded, lengths, list(texts), list(keys), skipped)
+def speller_targets(texts: Sequence[str], vocabulary: Vocabulary) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The speller's teacher-forced ids of character transcripts.
+
+    Args:
+        texts (sequence of str): normalised transcripts; ``""`` (a sound without speech) is just ``<eos>``.
+        vocabulary (Vocabulary): characters -> ids; unknown characters become ``<unk>``.
+
+    Returns:
+        tuple: inputs ``<sos> y`` and outputs ``y <eos>``, both `(B, max U + 1)` padded with
+        ``<pad>``, and the label lengths `(B,)` (``<eos>`` not counted).
+    """
+    ids = [torch.tensor(vocabulary.encode(list(text)), dtype=torch.long) for text in texts]
+    lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+    pad, sos, eos = vocabulary.pad_id, vocabulary.sos_id, vocabulary.eos_id
+    inputs = torch.full((len(ids), int(lengths.max()) + 1), pad, dtype=torch.long)  # (B, U + 1)
+    outputs = torch.full_like(inputs, pad)
+    for i, x in enumerate(ids):
+        inputs[i, 0], inputs[i, 1 : len(x) + 1] = sos, x
+        outputs[i, : len(x)], outputs[i, len(x)] = x, eos
+    return inputs, outputs, lengths
+
+
+class Collate:
+    """Items -> a padded :class:`Batch`, unreadable items left out (listed in ``skipped``); a batch
+    of only unreadable items has no utterances at all.
+
+    Args:
+        vocabulary (Vocabulary or None, optional): with one, the batch also holds the speller's
+            ids of its transcripts (``inputs``, ``outputs``, ``label_lengths``); without, only
+            the texts (feature statistics, benchmarks). (Default: ``None``)
+    """
+
+    def __init__(self, vocabulary: Vocabulary | None = None):
+        self.vocabulary = vocabulary
+
+    def __call__(self, items: list[tuple[torch.Tensor, str, str] | BadSample]) -> Batch:
+        items, skipped = drop_bad_samples(items)
+        if not items:
+            return Batch(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), [], [], skipped)
+        waves, texts, keys = zip(*items)
+        padded, lengths = pad_waves(waves)
+        return self.with_texts(Batch(padded, lengths, [], list(keys), skipped), list(texts))
+
+    def with_texts(self, batch: Batch, texts: list[str]) -> Batch:
+        """``batch`` with new transcripts and the ids that follow them (training conditions
+        replace some utterances by sounds without speech, whose transcript is ``""``)."""
+        if self.vocabulary is None:
+            return batch._replace(texts=texts)
+        inputs, outputs, label_lengths = speller_targets(texts, self.vocabulary)
+        return batch._replace(texts=texts, inputs=inputs, outputs=outputs, label_lengths=label_lengths)
+
+
+collate = Collate()  # waveforms and texts, no ids
 
 
 def pad_waves(waves: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

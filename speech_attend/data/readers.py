@@ -1,4 +1,4 @@
-"""Corpus readers: LibriSpeech trees, Common Voice TSVs and plain manifests -> Utterances.
+"""Corpus readers: LibriSpeech trees, Common Voice TSVs, manifests and audiofolders -> Utterances.
 
 Every reader returns a list of :class:`Utterance` with absolute audio paths and the transcript
 exactly as the corpus wrote it (LibriSpeech upper case, Common Voice punctuated); text
@@ -9,9 +9,12 @@ hour into training.
 :func:`read_corpus` picks the reader from what ``data_dir`` holds, in this order:
 
 1. ``<split>.jsonl`` or ``<split>.csv`` -> :func:`read_manifest`.
-2. ``<split>.tsv``: a header with ``path`` and ``sentence`` -> :func:`read_common_voice`
+2. A Hugging Face ``audiofolder``: ``<split>/metadata.jsonl`` or ``.csv`` (``dev`` also finds
+   ``validation/``, ``valid/``, ``val/``), or for ``train`` a metadata file in ``data_dir`` itself
+   -> :func:`read_audiofolder`.
+3. ``<split>.tsv``: a header with ``path`` and ``sentence`` -> :func:`read_common_voice`
    (audio under ``clips/``); otherwise a TSV manifest -> :func:`read_manifest`.
-3. A folder ``<split>/`` holding ``*.trans.txt`` -> :func:`read_librispeech` on that subset;
+4. A folder ``<split>/`` holding ``*.trans.txt`` -> :func:`read_librispeech` on that subset;
    failing that, every folder named ``<split>-*`` (``train`` -> ``train-clean-100``,
    ``train-clean-360``, ...) is read as one split. A ``LibriSpeech/`` folder (how the
    archives unpack) is looked into as well.
@@ -20,10 +23,12 @@ hour into training.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from shared.data_files import Row, metadata_files, read_rows, split_of_folder
 
 __all__ = [
     "CorpusError",
@@ -31,12 +36,12 @@ __all__ = [
     "read_librispeech",
     "read_common_voice",
     "read_manifest",
+    "read_audiofolder",
     "read_corpus",
 ]
 
 # LibriSpeech ships FLAC; converted copies of it are often WAV.
 _LIBRISPEECH_AUDIO_SUFFIXES = (".flac", ".wav")
-_MANIFEST_SUFFIXES = (".jsonl", ".csv", ".tsv")
 
 
 class CorpusError(ValueError):
@@ -206,73 +211,26 @@ def read_common_voice(root: str | os.PathLike, split: str = "train") -> list[Utt
     return utterances
 
 
-# ----------------------------------------------------------------------------- manifests
+# ----------------------------------------------------------------------------- manifests and audiofolder
 
 
-def _manifest_entry(path: Path, lineno: int, record: dict) -> Utterance:
-    where = f"{path}:{lineno}"
-    audio, text = record.get("audio"), record.get("text")
-    if not isinstance(audio, str) or not audio.strip():
-        raise CorpusError(f"{where}: expected a non-empty 'audio' path, got {audio!r}")
-    if not isinstance(text, str) or not text.strip():
-        raise CorpusError(f"{where}: expected a non-empty 'text', got {text!r}")
-    audio_path = Path(audio.strip())
-    if not audio_path.is_absolute():
-        audio_path = path.parent / audio_path
-    if not audio_path.is_file():
-        raise CorpusError(f"{where}: audio file {audio!r} not found at {audio_path}")
-
-    duration = record.get("duration")
+def _utterance(row: Row, audio_column: str, text_column: str, utt_id: Callable[[Path], str]) -> Utterance:
+    """The utterance of a manifest or metadata ``row``: its audio file and transcript (both
+    required), its optional ``duration`` (seconds), ``speaker`` and ``id`` (else ``utt_id(audio)``)."""
+    audio_path = row.file(audio_column, "audio", CorpusError)
+    text = row.text(text_column, CorpusError)
+    duration = row.fields.get("duration")
     if duration in (None, ""):
         duration = None
     else:
         try:
             duration = float(duration)
         except (TypeError, ValueError):
-            raise CorpusError(f"{where}: 'duration' must be a number of seconds, got {duration!r}") from None
-    speaker = record.get("speaker")
+            raise CorpusError(f"{row.where}: 'duration' must be a number of seconds, got {duration!r}") from None
+    speaker = row.fields.get("speaker")
     speaker = str(speaker) if speaker not in (None, "") else None
-    utt_id = record.get("id")
-    utt_id = str(utt_id) if utt_id not in (None, "") else audio_path.stem
-    return Utterance(str(audio_path.resolve()), text.strip(), duration, speaker, utt_id)
-
-
-def _read_jsonl(path: Path) -> list[Utterance]:
-    utterances = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise CorpusError(f"{path}:{lineno}: expected a JSON object with 'audio' and 'text'")
-            utterances.append(_manifest_entry(path, lineno, record))
-    return utterances
-
-
-def _read_table(path: Path, delimiter: str) -> list[Utterance]:
-    _csv_field_limit()
-    utterances = []
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = csv.reader(f, delimiter=delimiter)
-        header = next(rows, None)
-        if header is None:
-            raise CorpusError(f"{path}: file is empty; expected a header row with 'audio' and 'text'")
-        header = [h.strip() for h in header]
-        missing = [c for c in ("audio", "text") if c not in header]
-        if missing:
-            raise CorpusError(f"{path}:1: header lacks column(s) {missing}; found {header}")
-        for row in rows:
-            lineno = rows.line_num  # physical line, right even after quoted newlines
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != len(header):
-                raise CorpusError(f"{path}:{lineno}: expected {len(header)} fields, got {len(row)}")
-            utterances.append(_manifest_entry(path, lineno, dict(zip(header, row))))
-    return utterances
+    given = row.fields.get("id")
+    return Utterance(str(audio_path.resolve()), text, duration, speaker, str(given) if given not in (None, "") else utt_id(audio_path))
 
 
 def read_manifest(path: str | os.PathLike) -> list[Utterance]:
@@ -281,7 +239,9 @@ def read_manifest(path: str | os.PathLike) -> list[Utterance]:
     Each entry has ``audio`` (a path; relative paths resolve against the manifest's folder)
     and ``text``; ``duration`` (seconds), ``speaker`` and ``id`` are optional. CSV and TSV
     files start with a header row naming these columns, in any order. Without ``id`` the
-    utterance id is the audio file name without suffix.
+    utterance id is the audio file name without suffix::
+
+        {"audio": "clips/0001.wav", "text": "turn the lights off", "speaker": "anna"}
 
     Args:
         path (str or PathLike): a ``.jsonl``, ``.csv`` or ``.tsv`` file.
@@ -296,16 +256,42 @@ def read_manifest(path: str | os.PathLike) -> list[Utterance]:
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: manifest file not found")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        utterances = _read_jsonl(path)
-    elif suffix in (".csv", ".tsv"):
-        utterances = _read_table(path, "," if suffix == ".csv" else "\t")
-    else:
-        raise CorpusError(f"{path}: unknown manifest type; expected one of {_MANIFEST_SUFFIXES}")
-    if not utterances:
-        raise CorpusError(f"{path}: manifest has no entries")
-    return utterances
+    return [_utterance(row, "audio", "text", lambda audio: audio.stem) for row in read_rows(path, ("audio", "text"), CorpusError)]
+
+
+def read_audiofolder(root: str | os.PathLike, split: str = "train") -> list[Utterance]:
+    """Read a Hugging Face ``audiofolder``: audio files with a ``metadata.jsonl`` or ``metadata.csv``.
+
+    Each row has ``file_name`` (relative to the metadata file's folder) and ``transcription``;
+    ``duration``, ``speaker`` and ``id`` are optional, as in a manifest. The splits are the
+    sub-folders ``train/``, ``validation/`` (or ``valid/``, ``val/``, ``dev/``) and ``test/``, each
+    with its metadata file; a metadata file in ``root`` itself is the training split alone
+    (:func:`shared.data_files.metadata_files`)::
+
+        root/train/metadata.csv            file_name,transcription
+        root/train/0001.wav                0001.wav,turn the lights off
+        root/validation/metadata.csv ...
+
+    Without ``id`` the utterance id is ``file_name`` without its suffix.
+
+    Args:
+        root (str or PathLike): the folder.
+        split (str, optional): ``train``, ``dev``/``validation``/``val`` or ``test``. (Default: ``"train"``)
+
+    Raises:
+        CorpusError: the split has no metadata file, a row lacks ``file_name`` or ``transcription``,
+            or names audio that does not exist (the message gives the file and line).
+    """
+    root = Path(root)
+    wanted = split_of_folder(split)
+    metadata = metadata_files(root, CorpusError).get(wanted) if wanted else None
+    if metadata is None:
+        raise CorpusError(f"{root}: no audiofolder split {split!r}; expected {split}/metadata.jsonl or {split}/metadata.csv")
+
+    def name(audio: Path) -> str:  # unique in the folder, where file names repeat in sub-folders
+        return audio.relative_to(metadata.parent).with_suffix("").as_posix() if audio.is_relative_to(metadata.parent) else audio.stem
+
+    return [_utterance(row, "file_name", "transcription", name) for row in read_rows(metadata, ("file_name", "transcription"), CorpusError)]
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -342,6 +328,9 @@ def read_corpus(data_dir: str | os.PathLike, split: str) -> list[Utterance]:
     for suffix in (".jsonl", ".csv"):
         if (data_dir / f"{split}{suffix}").is_file():
             return read_manifest(data_dir / f"{split}{suffix}")
+    wanted = split_of_folder(split)
+    if wanted is not None and wanted in metadata_files(data_dir, CorpusError):
+        return read_audiofolder(data_dir, split)
     tsv = data_dir / f"{split}.tsv"
     if tsv.is_file():
         header = _tsv_header(tsv)
@@ -355,5 +344,6 @@ def read_corpus(data_dir: str | os.PathLike, split: str) -> list[Utterance]:
                 return read_librispeech(root, subsets)
     raise CorpusError(
         f"{data_dir}: no corpus for split {split!r}; expected {split}.jsonl, {split}.csv, "
-        f"{split}.tsv (manifest or Common Voice), or a LibriSpeech folder {split}/ or {split}-*/"
+        f"{split}.tsv (manifest or Common Voice), {split}/metadata.jsonl or .csv (audiofolder), "
+        f"or a LibriSpeech folder {split}/ or {split}-*/"
     )

@@ -4,8 +4,9 @@ It reads any corpus :func:`speech_attend.data.readers.read_corpus` knows (LibriS
 Common Voice, a manifest) from ``data_dir``, builds the character vocabulary from the training
 text (or takes a checkpoint's, handed over by the command line), applies the out-of-vocabulary
 policy (``oov_policy``) to the validation and test transcripts, and serves length-bucketed
-batches of padded waveforms. ``cache_audio`` keeps every waveform in memory (the built-in corpus
-fits easily), so each file is decoded once per run instead of once per epoch.
+batches of padded waveforms with their transcripts as the speller's ids. ``cache_audio`` keeps
+every waveform in memory (the built-in corpus fits easily), so each file is decoded once per run
+instead of once per epoch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from shared import Vocabulary
 
 from speech_attend.data.augment import AugmentConfig, AugmentedCollate
 from speech_attend.data.readers import read_corpus
-from speech_attend.data.dataset import SpeechDataset, build_vocabulary, collate
+from speech_attend.data.dataset import Collate, SpeechDataset, build_vocabulary, collate
 from speech_attend.data.sampler import BucketBatchSampler
 from speech_attend.data.text import OOV_POLICIES, map_out_of_vocabulary, unknown_characters
 
@@ -209,10 +210,10 @@ class SpeechDataModule(pl.LightningDataModule):
             curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
-        collate_fn = collate
+        collate_fn = Collate(self.vocabulary)  # transcripts become the speller's ids here, not in the module
         if name == "train" and self.augment is not None:  # never the validation or test audio
             step = trainer.global_step if trainer is not None else 0
-            collate_fn = self._augmented = AugmentedCollate(collate, self.augment, self.hparams.sample_rate, step)
+            collate_fn = self._augmented = AugmentedCollate(collate_fn, self.augment, self.hparams.sample_rate, step)
         return DataLoader(
             dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_fn,
             persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),

@@ -24,6 +24,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch.nn import functional as F
 
+from shared import Vocabulary
 from shared.evaluation.speech import speech_metrics
 from shared.training.bad_samples import zero_loss
 from shared.training.config import as_dataclass
@@ -103,9 +104,19 @@ class RecognizerModule(AttendModule):
         self.hparams.update(vocabulary=list(vocabulary), las=asdict(las), features=asdict(features), decoding=asdict(decoding),
                             optimizer=asdict(optimizer))
         self.optimizer_config = optimizer
-        self.model, self.vocabulary, self.decoding = build_recognizer(dict(self.hparams))
+        self.model = build_recognizer(dict(self.hparams))  # with its vocabulary and decoding settings
         self._total_steps: int | None = None  # set when fit configures the optimiser
         self._last_step_time: float | None = None
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The model's characters."""
+        return self.model.vocabulary
+
+    @property
+    def decoding(self) -> DecodeConfig:
+        """The model's decoding settings (validation and test search with them)."""
+        return self.model.decoding
 
     # ------------------------------------------------------------------ what training sets once
 
@@ -120,7 +131,7 @@ class RecognizerModule(AttendModule):
     def set_longest_utterance(self, seconds: float) -> None:
         """``transcribe`` cuts longer audio into pieces no longer than what training showed the model."""
         if self.decoding.max_chunk_seconds is None:
-            self.decoding = replace(self.decoding, max_chunk_seconds=round(seconds, 2))
+            self.model.decoding = replace(self.decoding, max_chunk_seconds=round(seconds, 2))
             self.hparams["decoding"] = asdict(self.decoding)
 
     def configure_optimizers(self):
@@ -162,22 +173,12 @@ class RecognizerModule(AttendModule):
         per_step = (alignments.float() * penalty).sum(-1)  # (B, U)
         return per_step[valid].mean()
 
-    def _targets(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Speller inputs ``<sos> y``, outputs ``y <eos>`` `(B, U)` and label lengths `(B,)`."""
-        ids = [torch.tensor(self.vocabulary.encode(list(text)), dtype=torch.long) for text in texts]
-        lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
-        pad, sos, eos = self.vocabulary.pad_id, self.vocabulary.sos_id, self.vocabulary.eos_id
-        inputs = torch.full((len(ids), int(lengths.max()) + 1), pad, dtype=torch.long)
-        outputs = torch.full_like(inputs, pad)
-        for i, x in enumerate(ids):
-            inputs[i, 0], inputs[i, 1 : len(x) + 1] = sos, x
-            outputs[i, : len(x)], outputs[i, len(x)] = x, eos
-        return inputs.to(self.device), outputs.to(self.device), lengths.to(self.device)
-
     def _loss(self, batch: Batch, per_item: bool = False) -> dict[str, torch.Tensor]:
         """The loss of a batch and its terms; with ``per_item``, also ``item_loss`` `(B,)`: each
         utterance's loss, its tokens' mean cross-entropy and its CTC loss per label."""
-        inputs, outputs, label_lengths = self._targets(batch.texts)
+        inputs, outputs, label_lengths = batch.inputs, batch.outputs, batch.label_lengths  # ids from the data's collate
+        if inputs is None:
+            raise ValueError("the batch has no speller ids; expected one from speech_attend.data.dataset.Collate(vocabulary)")
         out = self.model(batch.waveforms, batch.lengths, inputs, self.sampling_probability())
         logits = out["logits"].float().transpose(1, 2)  # (B, V, U)
         smoothing, pad = self.hparams.label_smoothing, self.vocabulary.pad_id
@@ -232,7 +233,7 @@ class RecognizerModule(AttendModule):
     def transcribe_batch(self, waveforms: torch.Tensor, lengths: torch.Tensor, beam_size: int | None = None):
         """Texts and hypotheses (with attention) for a batch of waveforms."""
         hyps, encoder_lengths = self.model.decode(
-            waveforms, lengths, self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding, beam_size
+            waveforms, lengths, self.decoding, beam_size
         )
         return ["".join(self.vocabulary.decode(h.tokens)) for h in hyps], hyps, encoder_lengths
 
