@@ -26,6 +26,7 @@ Sizes:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -86,7 +87,11 @@ def _recognizer(quick: bool):
     config = LASConfig(listener_hidden=256, listener_layers=1, pyramid_layers=3, speller_hidden=512, speller_layers=1,
                        embedding_dim=512, attention="location", attention_dim=300, location_filters=10, location_kernel=101,
                        dropout=0.0, ctc_upsample=0)
-    model = LAS(config, FeatureConfig(freq_masks=0, time_masks=0), 31 + 4).train()
+    from shared import Vocabulary
+
+    vocabulary = Vocabulary([f"c{i}" for i in range(31)])
+    takes_vocabulary = "vocabulary" in inspect.signature(LAS).parameters  # older trees take its size
+    model = LAS(config, FeatureConfig(freq_masks=0, time_masks=0), vocabulary if takes_vocabulary else len(vocabulary)).train()
     generator = torch.Generator().manual_seed(1)
     batch, frames, chars = (8, 500, 75) if quick else (16, 1000, 150)
     samples = (frames - 1) * 160 + 400  # exactly `frames` 10 ms frames of 25 ms windows

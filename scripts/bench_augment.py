@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shared import Vocabulary  # noqa: E402
 from speech_attend.data.augment import AugmentConfig, augment_batch  # noqa: E402
 from speech_attend.data.readers import read_corpus  # noqa: E402
 from speech_attend.data.dataset import SpeechDataset, collate  # noqa: E402
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
     model_config = yaml.safe_load(args.config.read_text())["model"]
     torch.manual_seed(0)
-    model = LAS(LASConfig(**model_config["las"]), FeatureConfig(**model_config.get("features", {})), _VOCAB).train()
+    vocabulary = Vocabulary([f"c{i}" for i in range(_VOCAB - 4)])
+    model = LAS(LASConfig(**model_config["las"]), FeatureConfig(**model_config.get("features", {})), vocabulary).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     chars = (batch.lengths.float() / 16000 * 15).long().clamp_min(2)
     targets = torch.randint(4, _VOCAB, (len(chars), int(chars.max()) + 1), generator=generator)

@@ -192,13 +192,14 @@ def recognizer(out: Path, budget: Budget, data_root: Path) -> dict:
         extra = ["--model.las.attention", *attention, "--model.guided_attention", "0"] if attention else []
         checkpoint = _train("speech_attend", "configs/speech_attend/demo.yaml", data, out / "runs" / f"recognizer_{attention[0] if attention else 'location'}",
                             budget.speech_steps, extra)
-        model, vocabulary, decoding, _ = load_recognizer(checkpoint)
+        model = load_recognizer(checkpoint)
+        vocabulary = model.vocabulary
         texts = []
         order = sorted(range(len(items)), key=lambda i: -items[i][0].numel())  # similar lengths decode together
         for start in range(0, len(order), 16):
             batch = [items[i][0] for i in order[start : start + 16]]
             waveforms, lengths = pad_waves(batch)
-            hyps, _ = model.decode(waveforms, lengths, vocabulary.sos_id, vocabulary.eos_id, decoding, budget.beam_size)
+            hyps, _ = model.decode(waveforms, lengths, beam_size=budget.beam_size)
             texts += [(i, "".join(vocabulary.decode(h.tokens))) for i, h in zip(order[start : start + 16], hyps)]
         by_bin: dict[int, list[tuple[str, str]]] = {}
         for i, text in texts:

@@ -89,7 +89,8 @@ def wrong_mask(path: Path, data: Path, out: Path) -> dict:
     from speech_attend.data.text import normalize_text
     from speech_attend.infer.transcribe import load_recognizer
 
-    model, vocabulary, decoding, _ = load_recognizer(path)
+    model = load_recognizer(path)
+    vocabulary, decoding = model.vocabulary, model.decoding
     test = sorted(read_librispeech(data, subsets=["test"]), key=lambda u: u.utt_id)
     waves = [load_audio(u.audio_path) for u in test]
     short = min(range(len(test)), key=lambda i: waves[i].numel())

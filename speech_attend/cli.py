@@ -198,13 +198,13 @@ def _explain(argv: list[str]) -> int:
     from speech_attend.infer.explain import explain_files, save_explanation
     from speech_attend.infer.transcribe import load_recognizer
 
-    model, vocabulary, decoding, _ = load_recognizer(args.ckpt)
+    model = load_recognizer(args.ckpt)
     files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    status = write_explanations(explain_files(model, vocabulary, decoding, files, args.span), out, save_explanation,
+    status = write_explanations(explain_files(model, files, args.span), out, save_explanation,
                                 PROG, "spans", "characters")
     return 2 if errors else status
 

@@ -216,7 +216,7 @@ def test_the_captioner_ends_a_caption_that_repeats_one_word():
     features = torch.randn(2, 16, model.encoder.feature_dim)
     captions = [model.vocabulary.decode(h.tokens) for h in model.generate(features)]
     assert captions == [["big"] * model.config.max_repeats] * 2  # "big big big big", not 40 words
-    model.config.max_repeats = None
+    model.config = replace(model.config, max_repeats=None)
     assert [len(h.tokens) for h in model.generate(features)] == [40, 40]
 
 
@@ -224,14 +224,15 @@ def test_the_recognizer_ends_a_transcript_that_repeats_one_character():
     hparams = {"vocabulary": list("abcdefgh "), "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16,
                "embedding_dim": 8, "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2}}
     torch.manual_seed(0)
-    model, vocabulary, decoding = build_recognizer(hparams)
+    model = build_recognizer(hparams)
+    vocabulary, decoding = model.vocabulary, model.decoding
     model.eval()
     a = vocabulary.encode(["a"])[0]
     model.speller.step = _favour(model.speller.step, a)
     waveforms = torch.randn(2, 16000) * 0.1
     lengths = torch.tensor([16000, 12000])
     decoding = replace(decoding, ctc_weight=0.0)  # the beam's own best: an untrained CTC head would rank at random
-    hyps, _ = model.decode(waveforms, lengths, vocabulary.sos_id, vocabulary.eos_id, decoding)
+    hyps, _ = model.decode(waveforms, lengths, decoding)
     assert ["".join(vocabulary.decode(h.tokens)) for h in hyps] == ["a" * decoding.max_repeats] * 2
 
 
@@ -239,9 +240,9 @@ def test_configs_saved_before_max_repeats_load_with_the_stop_on():
     saved = json.loads((ROOT / "models" / "speech_attend" / "config.json").read_text())["hyper_parameters"]
     decoding = {k: v for k, v in saved["decoding"].items() if k != "max_repeats"}
     saved = {**saved, "decoding": decoding}  # as a recognizer saved before the field
-    _, _, decoding = build_recognizer(saved)
+    decoding = build_recognizer(saved).decoding
     assert decoding.max_repeats == DecodeConfig().max_repeats == 6
     old_caption_config = {k: v for k, v in asdict(CaptionerConfig()).items() if k != "max_repeats"}
     assert CaptionerConfig.from_hyper_parameters(old_caption_config).max_repeats == 4
-    off = build_recognizer({**saved, "decoding": {**saved["decoding"], "max_repeats": None}})[2]
+    off = build_recognizer({**saved, "decoding": {**saved["decoding"], "max_repeats": None}}).decoding
     assert off.max_repeats is None  # a saved None keeps the stop off

@@ -153,7 +153,7 @@ def test_a_speller_saved_with_lstm_cells_loads_and_spells_the_same():
 def test_the_shipped_recognizer_saved_with_lstm_cells_loads_into_the_shared_step():
     files = load_model_files(SHIPPED_MODEL, "speech-attend")
     assert "speller.cells.0.weight_ih" in files.state_dict  # the layout it was exported in
-    model = build_recognizer(files.hyper_parameters)[0]
+    model = build_recognizer(files.hyper_parameters)
     model.load_state_dict(files.state_dict)
     old = files.state_dict
     embedding = model.speller.embedding.embedding_dim

@@ -88,12 +88,13 @@ def test_explain_command_writes_a_png_and_a_line_per_word(trained_captioner, tin
 def test_speech_span_drops_and_explain_command(tiny_synth, tmp_path, capsys):
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefghijklmnopqrstuvwxyz '")}
     torch.manual_seed(0)
-    model, vocabulary, _ = build_recognizer(hparams)
+    model = build_recognizer(hparams)
+    vocabulary = model.vocabulary
     model.eval()
     wave = torch.randn(16000) * 0.1
     states, frames = model.encode(wave[None], torch.tensor([16000]))
     tokens = [vocabulary.stoi[c] for c in "abc"]
-    drops = span_drops(model, states, int(frames[0]), tokens, vocabulary.sos_id, span=3)
+    drops = span_drops(model, states, int(frames[0]), tokens, span=3)
     assert drops.shape == (math.ceil(int(frames[0]) / 3), 3) and torch.isfinite(drops).all()
     export_folder(tmp_path / "model", "speech-attend", model.state_dict(), hparams)
     files = sorted(str(p) for p in (tiny_synth / "test").rglob("*.flac"))

@@ -24,7 +24,7 @@ def test_the_three_examples(tiny_synth, tmp_path):
                                 decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8}, image_size=32, max_decode_length=6)
     export_folder(tmp_path / "captioner", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefghijklmnopqrstuvwxyz '")}
-    recognizer, _, _ = build_recognizer(hparams)
+    recognizer = build_recognizer(hparams)
     export_folder(tmp_path / "recognizer", "speech-attend", recognizer.state_dict(), hparams)
     out = tmp_path / "out"
     assert failure_modes.main(["--captioner", str(tmp_path / "captioner"), "--recognizer", str(tmp_path / "recognizer"),

@@ -48,7 +48,7 @@ def recognizer():
     """An untrained recognizer (with a CTC head) and its vocabulary."""
     torch.manual_seed(0)
     vocabulary = _vocabulary()
-    return LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), len(vocabulary)).eval(), vocabulary
+    return LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), vocabulary).eval(), vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +149,11 @@ def test_wordnet_training_text_holds_no_dev_or_test_sentence():
 def test_fusion_with_weight_zero_gives_exactly_the_same_hypotheses(recognizer):
     model, vocabulary = recognizer
     waves, lengths = _waves()
-    sos, eos = vocabulary.sos_id, vocabulary.eos_id
     config = DecodeConfig(beam_size=3, ctc_weight=0.3)
-    plain, _ = model.decode(waves, lengths, sos, eos, config)
-    fused, _ = model.decode(waves, lengths, sos, eos, config, lm=_random_lm(vocabulary))  # lm_weight 0: left out
+    plain, _ = model.decode(waves, lengths, config)
+    fused, _ = model.decode(waves, lengths, config, lm=_random_lm(vocabulary))  # lm_weight 0: left out
     assert [(h.tokens, h.score, h.normalized_score) for h in fused] == [(h.tokens, h.score, h.normalized_score) for h in plain]
-    with_weight, _ = model.decode(waves, lengths, sos, eos, DecodeConfig(beam_size=3, ctc_weight=0.3, lm_weight=1.0),
+    with_weight, _ = model.decode(waves, lengths, DecodeConfig(beam_size=3, ctc_weight=0.3, lm_weight=1.0),
                                   lm=_random_lm(vocabulary))
     assert [h.score for h in with_weight] != [h.score for h in plain]
 
@@ -188,7 +187,7 @@ def test_beam_score_is_attention_plus_weight_times_lm_plus_bonus(recognizer):
     waves, lengths = _waves(1)
     sos, eos = vocabulary.sos_id, vocabulary.eos_id
     config = DecodeConfig(beam_size=1, ctc_weight=0.0, lm_weight=0.7, length_bonus=0.2, max_len_ratio=0.5)
-    (hyp,), _ = model.decode(waves, lengths, sos, eos, config, lm=lm)
+    (hyp,), _ = model.decode(waves, lengths, config, lm=lm)
     targets = hyp.tokens + ([eos] if hyp.finished else [])
     with torch.no_grad():
         logits = model(waves, lengths, torch.tensor([[sos, *targets[:-1]]]))["logits"]  # teacher forced

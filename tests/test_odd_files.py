@@ -57,7 +57,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     export_folder(folder / "captioner", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
     config = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")}
     config["vocabulary"] = list("abcdefghijklmnopqrstuvwxyz '")
-    recognizer, _, _ = build_recognizer(config)
+    recognizer = build_recognizer(config)
     export_folder(folder / "recognizer", "speech-attend", recognizer.state_dict(), config)
     return {"captioner": folder / "captioner", "recognizer": folder / "recognizer"}
 

@@ -75,7 +75,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tiny_synth, tmp_path):
     from tiny import TINY_SPEECH_CONFIG
 
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefgh ")}
-    model, _, _ = build_recognizer(hparams)
+    model = build_recognizer(hparams)
     export_folder(tmp_path / "model", "speech-attend", model.state_dict(), hparams)
     process = subprocess.Popen([sys.executable, "-m", "speech_attend.cli", "transcribe", "--ckpt", str(tmp_path / "model"), *files * 20],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)

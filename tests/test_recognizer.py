@@ -211,8 +211,7 @@ def test_beam_search_with_one_beam_equals_greedy_decoding():
     module = _recognizer().eval()
     model, vocab = module.model, module.vocabulary
     batch = _batch()
-    hyps, _ = model.decode(batch.waveforms, batch.lengths, vocab.sos_id, vocab.eos_id,
-                           DecodeConfig(ctc_weight=0.0, max_len_ratio=3.0), beam_size=1)
+    hyps, _ = model.decode(batch.waveforms, batch.lengths, DecodeConfig(ctc_weight=0.0, max_len_ratio=3.0), beam_size=1)
     states, lengths = model.encode(batch.waveforms, batch.lengths)
     memory, state = model.speller.start(states, lengths)
     greedy = greedy_search(lambda t, s: model.speller.step(t, s, memory), state,

@@ -38,7 +38,7 @@ def random_model(tmp_path_factory):
     """An untrained recognizer with this front end, exported: whatever it writes depends only on its features."""
     torch.manual_seed(0)
     vocabulary = Vocabulary(_CHARS)
-    model = LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), len(vocabulary))
+    model = LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), vocabulary)
     hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(_LAS), "features": asdict(model.frontend.config),
                "decoding": asdict(DecodeConfig(beam_size=2))}
     return export_folder(tmp_path_factory.mktemp("random_model"), APP, model.state_dict(), hparams)
@@ -77,7 +77,7 @@ def test_models_saved_before_the_level_steps_keep_their_features():
     old = FeatureConfig.from_saved({"n_mels": 40})
     assert not old.remove_dc and old.level_dbfs is None
     hparams = {"vocabulary": _CHARS, "las": asdict(_LAS), "features": {"n_mels": 80, "freq_masks": 0, "time_masks": 0}}
-    model, _, _ = build_recognizer(hparams)
+    model = build_recognizer(hparams)
     assert not model.frontend.config.remove_dc and model.frontend.config.level_dbfs is None
     with pytest.raises(ValueError, match="level_dbfs"):
         FeatureConfig(level_dbfs=12.0)

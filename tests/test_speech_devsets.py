@@ -81,7 +81,7 @@ def test_engine_devset_without_the_programs_names_the_debian_packages(tmp_path, 
 def test_eval_speech_prints_a_table_of_every_group(devsets, tmp_path, capsys):
     config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
               "decoding": {"beam_size": 1, "max_len_ratio": 0.5}, "features": {}}
-    model, _, _ = build_recognizer(config)
+    model = build_recognizer(config)
     export_folder(tmp_path / "model", "speech-attend", model.state_dict(), config)  # untrained: the plumbing is what counts
     groups = ["espeak_reverb", "piper_unseen"]
     assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", ",".join(groups), "--json"]) == 0

@@ -35,7 +35,7 @@ def _export(folder: Path, las: LASConfig = _LAS, blank_bias: float | None = None
     """An untrained recognizer, exported; ``blank_bias`` makes its CTC head hear nothing but blanks."""
     torch.manual_seed(0)
     vocabulary = Vocabulary(_CHARS)
-    model = LAS(las, FeatureConfig(freq_masks=0, time_masks=0), len(vocabulary))
+    model = LAS(las, FeatureConfig(freq_masks=0, time_masks=0), vocabulary)
     if blank_bias is not None:
         with torch.no_grad():
             model.ctc_head.weight.zero_()

@@ -20,11 +20,10 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 
-from shared import Vocabulary
 from shared.evaluation.faithfulness import MapComparison, compare_maps
 
 from speech_attend.data.audio import load_audio
-from speech_attend.model.las import LAS, DecodeConfig
+from speech_attend.model.las import LAS
 
 __all__ = ["CharExplanation", "AudioExplanation", "char_log_probs", "span_drops", "explain_waveform", "explain_files"]
 
@@ -70,7 +69,7 @@ class AudioExplanation:
 
 
 @torch.no_grad()
-def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, tokens: Sequence[int], sos: int) -> tuple[torch.Tensor, torch.Tensor]:
+def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced ``log p(character_u)`` and the speller's attention (:meth:`LAS.score`).
 
     Args:
@@ -78,7 +77,6 @@ def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, toke
         states (torch.Tensor): listener states `(N, L, D)`.
         lengths (torch.Tensor): listener frames `(N,)`.
         tokens (list of int): the transcript's character ids, the same for every row.
-        sos (int): the start id.
 
     Returns:
         (torch.Tensor, torch.Tensor): `(N, U)` and `(N, U, L)`.
@@ -86,13 +84,13 @@ def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, toke
     rows = states.size(0)
     if not tokens:
         return states.new_zeros(rows, 0), states.new_zeros(rows, 0, states.size(1))
-    sequence = torch.tensor([sos, *tokens], device=states.device).expand(rows, -1)  # (N, U + 1)
+    sequence = torch.tensor([model.vocabulary.sos_id, *tokens], device=states.device).expand(rows, -1)  # (N, U + 1)
     log_probs, alignments = model.score(states, lengths, sequence)
     return log_probs, alignments.float()
 
 
 @torch.no_grad()
-def span_drops(model: LAS, states: torch.Tensor, length: int, tokens: Sequence[int], sos: int, span: int = 3) -> torch.Tensor:
+def span_drops(model: LAS, states: torch.Tensor, length: int, tokens: Sequence[int], span: int = 3) -> torch.Tensor:
     """How far each character's log-probability falls when each span of ``span`` frames is
     replaced by the mean listener state of the utterance.
 
@@ -105,7 +103,7 @@ def span_drops(model: LAS, states: torch.Tensor, length: int, tokens: Sequence[i
     """
     frames = torch.arange(states.size(1), device=states.device)
     lengths = torch.tensor([length], device=states.device)
-    base, _ = char_log_probs(model, states, lengths, tokens, sos)
+    base, _ = char_log_probs(model, states, lengths, tokens)
     mean = states[:, :length].mean(1, keepdim=True)  # (1, 1, D)
     starts = list(range(0, length, span))
     drops = []
@@ -113,20 +111,20 @@ def span_drops(model: LAS, states: torch.Tensor, length: int, tokens: Sequence[i
         first = torch.tensor(starts[chunk : chunk + _VARIANTS_PER_PASS], device=states.device)
         masks = (frames[None] >= first[:, None]) & (frames[None] < (first[:, None] + span).clamp_max(length))  # (m, L)
         variants = torch.where(masks[:, :, None], mean, states)  # (m, L, D)
-        drops.append(base - char_log_probs(model, variants, lengths.expand(len(first)), tokens, sos)[0])
+        drops.append(base - char_log_probs(model, variants, lengths.expand(len(first)), tokens)[0])
     return torch.cat(drops)  # (S, U)
 
 
 @torch.no_grad()
-def explain_waveform(model: LAS, vocabulary: Vocabulary, decoding: DecodeConfig, wave: torch.Tensor, path: Path,
-                     span: int = 3) -> AudioExplanation:
-    """Transcribe one waveform `(N,)` and explain each character (module docstring)."""
+def explain_waveform(model: LAS, wave: torch.Tensor, path: Path, span: int = 3) -> AudioExplanation:
+    """Transcribe one waveform `(N,)` with the model's decoding settings and explain each character (module docstring)."""
+    vocabulary = model.vocabulary
     states, frames = model.encode(wave[None], torch.tensor([wave.numel()], device=wave.device))  # (1, L, D)
-    (hyp,) = model.search(states, frames, vocabulary.sos_id, vocabulary.eos_id, decoding)
+    (hyp,) = model.search(states, frames)
     length, tokens = int(frames[0]), hyp.tokens
-    _, alignment = char_log_probs(model, states, frames, tokens, vocabulary.sos_id)  # (1, U, L)
+    _, alignment = char_log_probs(model, states, frames, tokens)  # (1, U, L)
     alignment = alignment[0, :, :length].cpu()  # (U, L)
-    drops = span_drops(model, states, length, tokens, vocabulary.sos_id, span).cpu()  # (S, U)
+    drops = span_drops(model, states, length, tokens, span).cpu()  # (S, U)
     owner = torch.arange(length) // span  # the span of each frame
     spans = drops.size(0)
     span_attention = torch.zeros(len(tokens), spans).index_add_(1, owner, alignment)  # (U, S)
@@ -138,8 +136,7 @@ def explain_waveform(model: LAS, vocabulary: Vocabulary, decoding: DecodeConfig,
     return AudioExplanation(path, chars, alignment, frame_drops, model.frame_seconds)
 
 
-def explain_files(model: LAS, vocabulary: Vocabulary, decoding: DecodeConfig, paths: Iterable[str | Path],
-                  span: int = 3) -> Iterator[AudioExplanation | ValueError]:
+def explain_files(model: LAS, paths: Iterable[str | Path], span: int = 3) -> Iterator[AudioExplanation | ValueError]:
     """Explain audio files in order; an unreadable or too short file comes back as its error."""
     device = next(model.parameters()).device
     for path in paths:
@@ -150,7 +147,7 @@ def explain_files(model: LAS, vocabulary: Vocabulary, decoding: DecodeConfig, pa
         except ValueError as err:  # AudioError included
             yield err
             continue
-        yield explain_waveform(model, vocabulary, decoding, wave.to(device), Path(path), span)
+        yield explain_waveform(model, wave.to(device), Path(path), span)
 
 
 def save_explanation(explanation: AudioExplanation, path: str | Path) -> Path:

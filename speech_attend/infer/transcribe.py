@@ -25,7 +25,7 @@ from shared.training.model_files import CheckpointError, export_folder, load_mod
 from speech_attend.data.audio import load_audio
 from speech_attend.data.dataset import pad_waves
 from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
-from speech_attend.model.las import DecodeConfig, build_recognizer
+from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
 from speech_attend.infer.timing import Segment, chunk_segment, no_speech_segment
 
 __all__ = [
@@ -69,26 +69,23 @@ _OFFSET = 1e-2  # a mean sample over this (-40 dBFS) is a DC offset, removed bef
 _STEADY_DB = 10.0  # frame power spread (10th to 95th percentile) under this is steady noise: speech rises and falls more
 
 
-def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu"):
-    """The model, vocabulary and decoding settings stored in a checkpoint or exported folder.
-
-    Returns:
-        (LAS, Vocabulary, DecodeConfig, dict): the model in eval mode, its vocabulary, its
-        decoding settings and its hyper-parameters.
+def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
+    """The model stored in a checkpoint or exported folder, in eval mode, with its
+    ``vocabulary`` and ``decoding`` settings.
 
     Raises:
         CheckpointError: unreadable, unsafe, or not a speech-attend model.
     """
     files = load_model_files(path, APP)  # CheckpointError names the file
     try:
-        model, vocabulary, decoding = build_recognizer(files.hyper_parameters)
+        model = build_recognizer(files.hyper_parameters)
     except (TypeError, ValueError, KeyError) as err:
         raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
     try:
         model.load_state_dict(files.state_dict)
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit the saved config ({str(err).splitlines()[0]})") from None
-    return model.to(device).eval(), vocabulary, decoding, files.hyper_parameters
+    return model.to(device).eval()
 
 
 def export_model(
@@ -110,7 +107,8 @@ def export_model(
         CheckpointError: unreadable files, or a language model over other characters.
         ValueError: ``lm_weight`` outside [0, 2].
     """
-    model, vocabulary, decoding, hparams = load_recognizer(ckpt)
+    model = load_recognizer(ckpt)
+    vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
     if lm is None and has_lm(ckpt):
         lm = ckpt
     elif lm is not None and lm_weight is None:
@@ -374,7 +372,8 @@ class Transcriber:
         self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None, device: str = "cpu",
         trim: bool = True, lm: str | os.PathLike | None = None, lm_weight: float | None = None, length_bonus: float | None = None,
     ):
-        self.model, self.vocabulary, self.decoding, config = load_recognizer(path, device)
+        self.model = load_recognizer(path, device)
+        self.vocabulary, self.decoding = self.model.vocabulary, self.model.decoding
         self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
         if beam_size is not None:
             if beam_size < 1:
@@ -459,7 +458,7 @@ class Transcriber:
             batch, lengths = pad_waves([group[f].wave[slice(*group[f].spans[i])] for f, i in keys])
             ctc: list[torch.Tensor] = []  # (T, V) per chunk, with a CTC head: word times and confidence
             found, frames = self.model.decode(
-                batch.to(self.device), lengths.to(self.device), self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding,
+                batch.to(self.device), lengths.to(self.device), self.decoding,
                 ctc_posteriors=ctc, lm=self.lm,
             )
             ctc = [c.cpu() for c in ctc] or [None] * len(keys)

@@ -102,19 +102,24 @@ class DecodeConfig:
 
 
 class LAS(nn.Module):
-    """The recognizer: front end, listener, speller and optional CTC head.
+    """The recognizer: front end, listener, speller and optional CTC head, with its vocabulary
+    and decoding settings (as :class:`show_attend.model.captioner.Captioner` has its own).
 
     Args:
         config (LASConfig): architecture.
         features (FeatureConfig): front-end settings.
-        vocab_size (int): characters including the specials; the CTC blank is ``<pad>`` (id 0).
+        vocabulary (Vocabulary): the characters, specials included; the CTC blank is ``<pad>`` (id 0).
+        decoding (DecodeConfig, optional): how :meth:`decode` searches unless told otherwise. (Default: ``DecodeConfig()``)
     """
 
     blank_id = 0
 
-    def __init__(self, config: LASConfig, features: FeatureConfig, vocab_size: int):
+    def __init__(self, config: LASConfig, features: FeatureConfig, vocabulary: Vocabulary, decoding: DecodeConfig = DecodeConfig()):
         super().__init__()
-        self.config = config
+        if not isinstance(vocabulary, Vocabulary):
+            raise ValueError(f"LAS takes its Vocabulary (the characters, specials included), got {type(vocabulary).__name__}")
+        self.config, self.vocabulary, self.decoding = config, vocabulary, decoding
+        vocab_size = len(vocabulary)
         self.frontend = FeatureFrontend(features)
         self.listener = Listener(
             features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
@@ -220,7 +225,7 @@ class LAS(nn.Module):
 
     @torch.no_grad()
     def decode(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig, beam_size: int | None = None,
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, config: DecodeConfig | None = None, beam_size: int | None = None,
         ctc_posteriors: list | None = None, lm: CharLM | None = None,
     ) -> tuple[list[Hypothesis], torch.Tensor]:
         """Transcribe a batch: :meth:`encode`, then :meth:`search`.
@@ -228,17 +233,17 @@ class LAS(nn.Module):
         Args:
             waveforms (torch.Tensor): `(B, N)`.
             lengths (torch.Tensor): `(B,)`.
-            sos, eos, config, beam_size, ctc_posteriors, lm: as :meth:`search` takes them.
+            config, beam_size, ctc_posteriors, lm: as :meth:`search` takes them.
 
         Returns:
             (list[Hypothesis], torch.Tensor): the best hypothesis per utterance and the listener lengths `(B,)`.
         """
         states, encoder_lengths = self.encode(waveforms, lengths)
-        return self.search(states, encoder_lengths, sos, eos, config, beam_size, ctc_posteriors, lm), encoder_lengths
+        return self.search(states, encoder_lengths, config, beam_size, ctc_posteriors, lm), encoder_lengths
 
     @torch.no_grad()
     def search(
-        self, states: torch.Tensor, encoder_lengths: torch.Tensor, sos: int, eos: int, config: DecodeConfig,
+        self, states: torch.Tensor, encoder_lengths: torch.Tensor, config: DecodeConfig | None = None,
         beam_size: int | None = None, ctc_posteriors: list | None = None, lm: CharLM | None = None,
     ) -> list[Hypothesis]:
         """The best transcript of each utterance by the shared batched beam search, then CTC rescoring.
@@ -250,8 +255,7 @@ class LAS(nn.Module):
         Args:
             states (torch.Tensor): listener states `(B, L, D)` (from :meth:`encode`).
             encoder_lengths (torch.Tensor): `(B,)`.
-            sos (int): start id. eos (int): end id.
-            config (DecodeConfig): search settings.
+            config (DecodeConfig or None, optional): search settings; ``None``: the model's own (``decoding``).
             beam_size (int or None, optional): overrides ``config.beam_size``.
             ctc_posteriors (list or None, optional): with a CTC head, each utterance's CTC
                 log-probabilities `(L_b * u, V)` are appended to it (for word times and
@@ -262,6 +266,8 @@ class LAS(nn.Module):
         Returns:
             list[Hypothesis]: the best hypothesis per utterance (``attention`` `(len, L)`, ``token_scores``).
         """
+        config = self.decoding if config is None else config
+        sos, eos = self.vocabulary.sos_id, self.vocabulary.eos_id
         beam = config.beam_size if beam_size is None else beam_size
         memory, state = self.speller.start(states, encoder_lengths)  # one memory row serves the K beams
         max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
@@ -341,8 +347,8 @@ class LAS(nn.Module):
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
 
 
-def build_recognizer(hparams: dict) -> tuple[LAS, Vocabulary, DecodeConfig]:
-    """The model (untrained), vocabulary and decoding settings that saved hyper-parameters describe.
+def build_recognizer(hparams: dict) -> LAS:
+    """The model (untrained) that saved hyper-parameters describe, with its vocabulary and decoding settings.
 
     Args:
         hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s.
@@ -356,4 +362,4 @@ def build_recognizer(hparams: dict) -> tuple[LAS, Vocabulary, DecodeConfig]:
     features = hparams.get("features")
     features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
     las = as_dataclass(LASConfig, hparams.get("las"))
-    return LAS(las, features, len(vocabulary)), vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding"))
+    return LAS(las, features, vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding")))

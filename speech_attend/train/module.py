@@ -24,6 +24,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch.nn import functional as F
 
+from shared import Vocabulary
 from shared.evaluation.speech import speech_metrics
 from shared.training.bad_samples import zero_loss
 from shared.training.config import as_dataclass
@@ -103,9 +104,19 @@ class RecognizerModule(AttendModule):
         self.hparams.update(vocabulary=list(vocabulary), las=asdict(las), features=asdict(features), decoding=asdict(decoding),
                             optimizer=asdict(optimizer))
         self.optimizer_config = optimizer
-        self.model, self.vocabulary, self.decoding = build_recognizer(dict(self.hparams))
+        self.model = build_recognizer(dict(self.hparams))  # with its vocabulary and decoding settings
         self._total_steps: int | None = None  # set when fit configures the optimiser
         self._last_step_time: float | None = None
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The model's characters."""
+        return self.model.vocabulary
+
+    @property
+    def decoding(self) -> DecodeConfig:
+        """The model's decoding settings (validation and test search with them)."""
+        return self.model.decoding
 
     # ------------------------------------------------------------------ what training sets once
 
@@ -120,7 +131,7 @@ class RecognizerModule(AttendModule):
     def set_longest_utterance(self, seconds: float) -> None:
         """``transcribe`` cuts longer audio into pieces no longer than what training showed the model."""
         if self.decoding.max_chunk_seconds is None:
-            self.decoding = replace(self.decoding, max_chunk_seconds=round(seconds, 2))
+            self.model.decoding = replace(self.decoding, max_chunk_seconds=round(seconds, 2))
             self.hparams["decoding"] = asdict(self.decoding)
 
     def configure_optimizers(self):
@@ -222,7 +233,7 @@ class RecognizerModule(AttendModule):
     def transcribe_batch(self, waveforms: torch.Tensor, lengths: torch.Tensor, beam_size: int | None = None):
         """Texts and hypotheses (with attention) for a batch of waveforms."""
         hyps, encoder_lengths = self.model.decode(
-            waveforms, lengths, self.vocabulary.sos_id, self.vocabulary.eos_id, self.decoding, beam_size
+            waveforms, lengths, self.decoding, beam_size
         )
         return ["".join(self.vocabulary.decode(h.tokens)) for h in hyps], hyps, encoder_lengths
 
