@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -263,7 +264,7 @@ def test_a_caption_that_never_ends_has_exactly_max_length_words(tiny_shapes, tmp
     assert main(["caption", "--ckpt", str(tmp_path / "model"), "--max-length", str(max_length), "--json", *images]) == 0
     assert [len(json.loads(line)["tokens"]) for line in capsys.readouterr().out.splitlines()] == [max_length] * 2
     # validation and test: the model's max_decode_length
-    model.config.max_decode_length = max_length
+    model.config = replace(model.config, max_decode_length=max_length)
     with torch.no_grad():
         captions = model.generate(model.encode(_batch(datamodule, 4)["images"]))
     assert [len(h.tokens) for h in captions] == [max_length] * 4

@@ -13,7 +13,7 @@ where training found it, or at ``encoder_weights``. No Lightning here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -91,11 +91,10 @@ def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder
         config = CaptionerConfig.from_hyper_parameters(hparams)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
-    encoder = config.encoder
     if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
-        encoder.pretrained, encoder.weights_path = False, None
+        config = replace(config, encoder=replace(config.encoder, pretrained=False, weights_path=None))
     elif encoder_weights is not None:
-        encoder.weights_path = encoder_weights
+        config = replace(config, encoder=replace(config.encoder, weights_path=encoder_weights))
     model = Captioner(config, Vocabulary(hparams["vocabulary"]))  # EncoderWeightsError says how to give the weights
     state_dict = dict(files.state_dict)
     if files.omitted is not None:

@@ -25,9 +25,10 @@ from show_attend.model.encoder import Encoder, EncoderConfig
 __all__ = ["CaptionerConfig", "Captioner"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class CaptionerConfig:
-    """Everything that defines a captioner, besides its vocabulary and weights."""
+    """Everything that defines a captioner, besides its vocabulary and weights (frozen, as the
+    recognizer's configs are: a changed setting is a new config, :func:`dataclasses.replace`)."""
 
     encoder: EncoderConfig = field(default_factory=EncoderConfig)  # backbone, weights, grid, fine-tuning
     decoder: DecoderConfig = field(default_factory=DecoderConfig)  # sizes, gate, soft or hard attention
@@ -38,7 +39,8 @@ class CaptionerConfig:
     max_repeats: int | None = 4  # a caption with one word this many times in a row can only end (twice what captions repeat); None = off
 
     def __post_init__(self):
-        self.encoder, self.decoder = as_dataclass(EncoderConfig, self.encoder), as_dataclass(DecoderConfig, self.decoder)
+        object.__setattr__(self, "encoder", as_dataclass(EncoderConfig, self.encoder))  # a saved dict becomes its config
+        object.__setattr__(self, "decoder", as_dataclass(DecoderConfig, self.decoder))
         if self.beam_size < 1 or self.max_decode_length < 1:
             raise ValueError(f"beam_size and max_decode_length must be >= 1, got {self.beam_size} and {self.max_decode_length}")
         if self.max_repeats is not None and self.max_repeats < 2:

@@ -44,7 +44,7 @@ GATES = ("scalar", "channel", "none")
 ATTENTIONS = ("soft", "hard", "none")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecoderConfig:
     embed_dim: int = 512  # m, word embedding size (paper)
     attention_dim: int = 512  # hidden size of the attention MLP f_att

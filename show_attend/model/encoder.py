@@ -38,7 +38,7 @@ class EncoderWeightsError(ValueError):
     """Pretrained weights that cannot be downloaded or loaded; the message says what to do."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncoderConfig:
     backbone: str = "resnet101"  # one of BACKBONES; "small" is a CNN trained from scratch
     pretrained: bool = True  # load torchvision's ImageNet weights (torchvision backbones only)
