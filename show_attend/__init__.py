@@ -13,3 +13,14 @@ Both apps have the same folders, read in this order (``speech_attend`` names its
 built-in world needs only ``data``; ``cli`` joins them. The attention itself (score, normalise,
 read) and the beam search live in :mod:`shared`.
 """
+
+__all__ = ["Captioning", "CaptionResult"]  # the Python interface: ``Captioning.load(path, device=...).caption(paths)``
+
+
+def __getattr__(name: str):
+    # loaded on first use, so that importing one folder (``show_attend.data``) does not load the model too
+    if name in __all__:
+        from show_attend.infer import caption
+
+        return getattr(caption, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
     show-attend fit|validate|test --config configs/show_attend/shapes_soft.yaml [--data.data_dir DIR] ...
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
-    show-attend caption [--ckpt CKPT_OR_EXPORTED_DIR] IMAGE... [--beam-size 5] [--overlay-dir DIR] [--html DIR] [--json]
+    show-attend caption --ckpt CKPT_OR_EXPORTED_DIR IMAGE_OR_FOLDER... [--beam-size 5] [--device cuda] [--overlay-dir DIR] [--html DIR] [--json]
     show-attend export --ckpt CKPT --out DIR [--include-encoder]
     show-attend explain --ckpt CKPT IMAGE... --out DIR [--pixels]
 
@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
+from shared.training.devices import check_device
 
 from show_attend.data.readers import DataError
 from show_attend.train.datamodule import CaptionDataModule
@@ -84,39 +85,42 @@ def _prepare(args: list[str]) -> int:
 def _caption(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} caption", description="Caption images with a trained model.")
     parser.add_argument("images", nargs="+", help="image files (any format and size Pillow reads), or folders of them")
-    parser.add_argument("--ckpt", required=True, help="a .ckpt file or a folder written by `export`")
+    parser.add_argument("--ckpt", default=None,
+                        help="a .ckpt file or a folder written by `export` (default: a shipped captioner, models/show_attend; none ships yet)")
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 5 unless trained otherwise)")
     parser.add_argument("--max-length", type=int, default=None, help="most words per caption (default: the model's)")
     parser.add_argument("--overlay-dir", default=None, help="write one PNG per image: each word with its attention map")
     parser.add_argument("--html", default=None, metavar="DIR",
                         help="write DIR/index.html: every image with its caption, each word's attention on hover or click, the beam's other captions")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line: image, caption, tokens, overlay")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per line: image, caption (also as text), tokens, score, beams (text, tokens, score), overlay")
     parser.add_argument("--encoder-weights", default=None,
                         help="the encoder's pretrained weights file, for a model that leaves them out (default: where training found it)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     options = parser.parse_args(args)
-    if options.beam_size is not None and options.beam_size < 1:
-        raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
-    if options.max_length is not None and options.max_length < 1:
-        raise ValueError(f"--max-length must be >= 1, got {options.max_length}")
+    from show_attend.infer.caption import Captioning, shipped_model, save_overlay
+
+    check_device(options.device)  # every setting before the model loads and anything is decoded
+    Captioning.check_settings(options.beam_size, options.max_length)
     for option, folder in (("--overlay-dir", options.overlay_dir), ("--html", options.html)):
         if folder is not None:
-            _writable_folder(folder, option)  # before the model loads and anything is decoded
-    from show_attend.infer.caption import caption_files, load_captioner, save_overlay
-
-    model = load_captioner(options.ckpt, options.device, options.encoder_weights)
+            _writable_folder(folder, option)
+    ckpt = options.ckpt or shipped_model()  # none ships today: a one-line error that says so
     images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
+    if not images:
+        return 2
+    captioning = Captioning.load(ckpt, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights)
     used: set[str] = set()
     status = 2 if errors else 0
     captioned = []  # for the page
-    nbest = (options.beam_size or model.config.beam_size) if options.html else 1
+    nbest = captioning.beam_size if options.html or options.json else 1  # the page and --json show every beam
     # a bar for a person at a terminal; never inside --json output or a log file
     with tqdm(total=len(images), desc="caption", unit="image", file=sys.stderr,
               disable=options.json or not sys.stderr.isatty() or len(images) < 2) as bar:
         say = bar.write if not bar.disable else print  # bar.write keeps the bar below the lines
-        for result in caption_files(model, images, options.beam_size, options.max_length, nbest=nbest):
+        for result in captioning.caption_many(images, nbest):
             bar.update()
             if isinstance(result, Exception):  # one bad file does not stop the others
                 say(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
@@ -132,14 +136,14 @@ def _caption(args: list[str]) -> int:
             if options.html:
                 captioned.append(result)
             if options.json:
-                say(json.dumps({"image": str(result.image), "caption": result.caption, "tokens": result.tokens, "overlay": overlay}), file=sys.stdout)
+                say(json.dumps(result.to_json(overlay), ensure_ascii=False), file=sys.stdout)
             else:
                 say(f"{result.image}: {result.caption}" + (f"  [{overlay}]" if overlay else ""), file=sys.stdout)
             sys.stdout.flush()
     if options.html:
         from show_attend.infer.gallery import write_gallery
 
-        print(f"wrote {write_gallery(captioned, options.html, f'Captions by {options.ckpt}')}", file=sys.stderr)
+        print(f"wrote {write_gallery(captioned, options.html, f'Captions by {ckpt}')}", file=sys.stderr)
     return status
 
 
@@ -173,6 +177,7 @@ def _explain(args: list[str]) -> int:
     options = parser.parse_args(args)
     if options.beam_size is not None and options.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
+    check_device(options.device)
     from show_attend.infer.caption import load_captioner
     from shared.evaluation.faithfulness import write_explanations
 

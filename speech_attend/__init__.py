@@ -13,3 +13,14 @@ Both apps have the same folders, read in this order (``show_attend`` names its p
 built-in world needs only ``data``; ``cli`` joins them. The attention itself (score, normalise,
 read) and the beam search live in :mod:`shared`.
 """
+
+__all__ = ["Transcriber", "Transcript"]  # the Python interface: ``Transcriber.load(path, device=...).transcribe(paths)``
+
+
+def __getattr__(name: str):
+    # loaded on first use, so that importing one folder (``speech_attend.data``) does not load the model too
+    if name in __all__:
+        from speech_attend.infer import transcribe
+
+        return getattr(transcribe, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

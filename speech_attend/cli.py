@@ -2,7 +2,7 @@
 
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
-    speech-attend transcribe [--ckpt CKPT] AUDIO... [--beam-size 8] [--alignment-dir DIR] [--json]   (default: the shipped model)
+    speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0]
     speech-attend fit-lm --text-from wordnet|FILE.txt --vocabulary-from CKPT_OR_FOLDER --out DIR [--minutes 10] [--hidden 512]
@@ -27,6 +27,7 @@ import pytorch_lightning as pl
 
 from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
+from shared.training.devices import check_device
 
 from speech_attend.train.datamodule import SpeechDataModule
 from speech_attend.model.lm import LMConfig
@@ -120,10 +121,13 @@ def _transcribe(argv: list[str]) -> int:
                                                    "(default: the model folder's own, from export --lm)")
     parser.add_argument("--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's saved one; 0 = off)")
     parser.add_argument("--length-bonus", type=float, default=None, help="added to the score per character (default: the model's saved one)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     args = parser.parse_args(argv)
     from speech_attend.infer.subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
-    from speech_attend.infer.transcribe import Transcriber, shipped_model
+    from speech_attend.infer.transcribe import Transcriber
 
+    check_device(args.device)  # every setting before the model loads and anything is decoded
+    Transcriber.check_settings(args.beam_size, args.max_chunk_seconds)
     formats = parse_formats(args.output_format) if args.output_format else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
     if args.output_dir:
         check_output_dir(args.output_dir)  # before any decoding
@@ -138,8 +142,12 @@ def _transcribe(argv: list[str]) -> int:
     if stdout_format in ("srt", "vtt", "tsv") and len(files) > 1:
         raise ValueError(f"--output-format {stdout_format} on standard output takes one audio file, got {len(files)}; "
                          "give --output-dir DIR for one file per input")
-    transcriber = Transcriber(args.ckpt or shipped_model(), beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds,
-                              lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
+    if not files:  # nothing to transcribe, only folders without audio: no model to load
+        for error in errors:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    transcriber = Transcriber.load(args.ckpt, args.device, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds,
+                                   lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
     if args.lm and transcriber.decoding.lm_weight == 0:
         print(f"{PROG}: warning: --lm {args.lm} is not used with an LM weight of 0; give --lm-weight", file=sys.stderr)
     names = output_names(files)  # a/talk.wav and b/talk.wav do not overwrite each other

@@ -204,3 +204,104 @@ def test_an_output_folder_that_cannot_be_written_is_one_line_before_the_model_lo
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1
         assert f"{option} {folder}: not a folder that can be written" in err  # not the missing model: nothing was loaded
+
+
+# ----------------------------------------------------------------------------- one inference interface (both apps alike)
+
+
+def test_caption_json_gives_each_images_caption_score_and_beams_best_first(exported_captioner, images, capsys):
+    assert main(["caption", "--ckpt", str(exported_captioner), "--device", "cpu", "--json", *images]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["image"] for line in lines] == images
+    for line in lines:
+        assert {"image", "caption", "text", "tokens", "score", "beams", "overlay"} <= set(line)
+        assert line["text"] == line["caption"] == " ".join(line["tokens"])  # "text", as transcribe --json names it
+        assert len(line["beams"]) == BEAMS  # the model's beam size
+        assert line["beams"][0] == {"text": line["caption"], "tokens": line["tokens"], "score": line["score"]}
+        scores = [beam["score"] for beam in line["beams"]]
+        assert scores == sorted(scores, reverse=True) and scores[0] <= 0
+
+
+def test_caption_beam_size_sets_the_beams_json_shows(exported_captioner, images, capsys):
+    assert main(["caption", "--ckpt", str(exported_captioner), "--beam-size", "2", "--json", images[0]]) == 0
+    assert len(json.loads(capsys.readouterr().out)["beams"]) == 2
+
+
+def test_a_folder_stands_for_its_images_sorted_at_any_depth(exported_captioner, images, tmp_path, capsys):
+    folder = tmp_path / "holiday"
+    (folder / "b").mkdir(parents=True)
+    copies = [folder / "b" / "z.png", folder / "a.PNG", folder / "b" / "c.png"]
+    for image, copy in zip(images, copies):
+        shutil.copy(image, copy)
+    (folder / "notes.txt").write_text("not an image")
+    assert main(["caption", "--ckpt", str(exported_captioner), "--json", str(folder)]) == 0
+    assert [json.loads(line)["image"] for line in capsys.readouterr().out.splitlines()] == sorted(map(str, copies))
+
+
+def test_a_folder_without_images_is_one_line_and_exit_2_before_the_model_loads(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not an image")
+    code = main(["caption", "--ckpt", str(tmp_path / "no-such-model"), str(tmp_path / "empty")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"{tmp_path / 'empty'}: a folder with no image files" in err  # not the missing model: nothing was loaded
+
+
+def test_caption_without_ckpt_is_one_line_saying_no_captioner_ships(images, capsys):
+    from show_attend.infer.caption import SHIPPED_MODEL
+
+    assert not SHIPPED_MODEL.exists()  # models/ ships a recognizer only; if a captioner ships, caption should use it
+    code = main(["caption", images[0]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "no captioner ships" in err and "--ckpt" in err
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--device", "cuda", "no CUDA GPU"),
+    ("--device", "cuda:7", "no CUDA GPU"),
+    ("--device", "banana", "expected cpu, cuda or cuda:N"),
+    ("--beam-size", "0", "must be >= 1"),
+    ("--max-length", "0", "must be >= 1"),
+])
+def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(images, tmp_path, capsys, monkeypatch, option, value, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a machine with a GPU
+    code = main(["caption", "--ckpt", str(tmp_path / "no-such-model"), option, value, images[0]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"{option} {value}" in err or f"{option} must" in err and value in err
+    assert expected in err and "no-such-model" not in err
+
+
+def test_captioning_gives_what_the_command_prints(exported_captioner, images, capsys):
+    from show_attend import CaptionResult, Captioning
+
+    captioning = Captioning.load(exported_captioner, device="cpu")
+    results = captioning.caption(images)
+    assert all(isinstance(result, CaptionResult) for result in results)
+    assert main(["caption", "--ckpt", str(exported_captioner), *images]) == 0
+    assert [f"{r.image}: {r.caption}" for r in results] == capsys.readouterr().out.splitlines()
+    assert captioning.caption(images[0]).tokens == results[0].tokens  # one path, one result
+    with_beams = captioning.caption(images, nbest=BEAMS)
+    assert [r.tokens for r in with_beams] == [r.tokens for r in results] and all(len(r.beams) == BEAMS for r in with_beams)
+
+
+def test_captioning_raises_for_an_unreadable_image_and_caption_many_goes_on(exported_captioner, images, tmp_path):
+    from show_attend import Captioning
+    from show_attend.data.images import ImageError
+
+    bad = tmp_path / "bad.png"
+    bad.write_text("not an image")
+    captioning = Captioning.load(exported_captioner, beam_size=2)
+    with pytest.raises(ImageError, match="bad.png"):
+        captioning.caption([images[0], str(bad)])
+    first, error, last = captioning.caption_many([images[0], str(bad), images[1]])
+    assert isinstance(error, ImageError) and first.image == Path(images[0]) and last.image == Path(images[1])
+
+
+def test_captioning_refuses_a_device_the_machine_lacks_before_loading(tmp_path, monkeypatch):
+    from show_attend import Captioning
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="--device cuda: this machine has no CUDA GPU"):
+        Captioning.load(tmp_path / "no-such-model", device="cuda")

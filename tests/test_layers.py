@@ -65,3 +65,11 @@ def test_both_apps_have_the_same_folders_and_their_imports_run_only_down():
         assert imports.get("train") and imports.get("infer")  # the walk did find the imports
         for folder, used in imports.items():
             assert used <= _MAY_IMPORT[folder], f"{app}.{folder} imports {sorted(used - _MAY_IMPORT[folder])}"
+
+
+def test_the_apps_python_interfaces_import_no_lightning():
+    code = "import sys; from show_attend import Captioning; from speech_attend import Transcriber; print('\\n'.join(sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(result.stdout.split())
+    assert "show_attend.infer.caption" in loaded and "speech_attend.infer.transcribe" in loaded
+    assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}

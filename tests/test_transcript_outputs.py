@@ -367,3 +367,90 @@ def test_timing_check_scores_times_against_the_truth():
     assert results["word_start_ctc_with_substitutions"]["n"] == 3
     assert results["no_speech_rate"] == 0.0 and results["utterances_with_a_segment_start"] == 1.0
     assert results["word_start_attention_with_substitutions"]["p90_abs_s"] == pytest.approx(np.percentile([0.05, 0.0, 0.7], 90))
+
+
+# ----------------------------------------------------------------------------- one inference interface (both apps alike)
+
+
+def test_transcribe_takes_device_and_beam_size_as_the_python_api_does(random_model, speech_file, capsys):
+    from speech_attend import Transcriber as FromThePackage
+
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--device", "cpu", "--beam-size", "1", "--json",
+                          str(speech_file)]) == 0
+    line = json.loads(capsys.readouterr().out)
+    transcriber = FromThePackage.load(random_model, device="cpu", beam_size=1)
+    assert transcriber.decoding.beam_size == 1
+    [transcript] = transcriber.transcribe([speech_file])
+    assert transcript.to_json() == line
+
+
+def test_a_folder_stands_for_its_audio_sorted_at_any_depth(random_model, speech_file, tmp_path, capsys):
+    folder = tmp_path / "recordings"
+    (folder / "b").mkdir(parents=True)
+    copies = [folder / "b" / "z.wav", folder / "a.WAV", folder / "b" / "c.wav"]
+    for copy in copies:
+        copy.write_bytes(speech_file.read_bytes())
+    (folder / "notes.txt").write_text("not audio")
+    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--json", str(folder)]) == 0
+    assert [json.loads(line)["audio"] for line in capsys.readouterr().out.splitlines()] == sorted(map(str, copies))
+
+
+def test_a_folder_without_audio_is_one_line_and_exit_2_before_the_model_loads(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not audio")
+    code = speech_attend(["transcribe", "--ckpt", str(tmp_path / "no_model"), str(tmp_path / "empty")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"{tmp_path / 'empty'}: a folder with no audio files" in err  # not the missing model: nothing was loaded
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--device", "cuda", "no CUDA GPU"),
+    ("--device", "cuda:7", "no CUDA GPU"),
+    ("--device", "banana", "expected cpu, cuda or cuda:N"),
+    ("--beam-size", "0", "must be >= 1"),
+    ("--max-chunk-seconds", "0", "must be positive"),
+])
+def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(speech_file, tmp_path, capsys, monkeypatch, option, value, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a machine with a GPU
+    code = speech_attend(["transcribe", "--ckpt", str(tmp_path / "no_model"), option, value, str(speech_file)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"{option} {value}" in err or f"{option} must" in err and value in err
+    assert expected in err and "no_model" not in err
+
+
+def test_transcriber_gives_a_list_for_a_list_and_one_transcript_for_one_path(random_model, speech_file, tmp_path):
+    from speech_attend import Transcript
+
+    silence = tmp_path / "silence.wav"
+    sf.write(silence, np.zeros(RATE, dtype=np.float32), RATE)
+    transcriber = Transcriber.load(random_model)
+    results = transcriber.transcribe([speech_file, silence])
+    assert [r.audio for r in results] == [str(speech_file), str(silence)] and all(isinstance(r, Transcript) for r in results)
+    assert [r.text for r in results] == [r.text for r in transcriber.transcribe_many([speech_file, silence])]
+    assert transcriber.transcribe(speech_file).text == results[0].text and results[1].text == ""
+
+
+def test_transcriber_raises_for_an_unreadable_file_and_transcribe_many_goes_on(random_model, speech_file, tmp_path):
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    transcriber = Transcriber.load(random_model)
+    with pytest.raises(ValueError, match="bad.wav"):
+        transcriber.transcribe([speech_file, bad])
+    first, error = transcriber.transcribe_many([speech_file, bad])
+    assert isinstance(error, ValueError) and first.audio == str(speech_file)
+
+
+def test_transcriber_refuses_a_device_the_machine_lacks_before_loading(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="--device cuda: this machine has no CUDA GPU"):
+        Transcriber.load(tmp_path / "no_model", device="cuda")
+
+
+def test_transcriber_without_a_path_loads_the_shipped_model():
+    from speech_attend.infer.transcribe import SHIPPED_MODEL
+
+    shipped = Transcriber(SHIPPED_MODEL).model.state_dict()
+    loaded = Transcriber.load().model.state_dict()
+    assert loaded.keys() == shipped.keys() and all(torch.equal(loaded[k], shipped[k]) for k in shipped)

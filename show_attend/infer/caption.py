@@ -9,27 +9,39 @@ word with that word's attention over the image (Xu et al. 2015, Fig. 2-3).
 A model with a frozen pretrained encoder leaves those weights out of its files (see
 :mod:`show_attend.model.encoder`); loading it rebuilds them from the published weights file, found
 where training found it, or at ``encoder_weights``. No Lightning here.
+
+:class:`Captioning` is the Python interface, read as ``speech_attend``'s :class:`Transcriber` is::
+
+    captioning = Captioning.load("models/mine", device="cpu", beam_size=5)
+    [result] = captioning.caption(["photo.jpg"])  # one CaptionResult per path, in order
+    print(result.caption, result.score)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, overload
 
 import numpy as np
 import torch
 
 from shared import Hypothesis, Vocabulary
+from shared.training.devices import check_device
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
 from show_attend.data.images import ImageError, image_transform, load_image
 from show_attend.model.encoder import restore_omitted_weights
 from show_attend.model.captioner import Captioner, CaptionerConfig
 
-__all__ = ["Beam", "CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model", "APP"]
+__all__ = [
+    "Captioning", "Beam", "CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model",
+    "APP", "SHIPPED_MODEL", "shipped_model",
+]
 
 APP = "show-attend"
+SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "show_attend"  # where a shipped captioner would be
 _OVERLAY_SIDE = 256  # overlays are drawn on the image scaled to at most this many pixels a side
 
 
@@ -46,6 +58,14 @@ class Beam:
     tokens: list[str]
     attention: torch.Tensor
     score: float
+
+    @property
+    def caption(self) -> str:
+        return " ".join(self.tokens)
+
+    def to_json(self) -> dict:
+        """``text`` (the caption), ``tokens`` and ``score``: one entry of ``--json``'s ``beams``."""
+        return {"text": self.caption, "tokens": self.tokens, "score": _finite(self.score)}
 
 
 @dataclass
@@ -69,6 +89,36 @@ class CaptionResult:
     @property
     def caption(self) -> str:
         return " ".join(self.tokens)
+
+    @property
+    def beams(self) -> list[Beam]:
+        """Every caption the beam search ended with that was asked for, best first: this one, then ``others``."""
+        return [Beam(self.tokens, self.attention, self.score), *self.others]
+
+    def to_json(self, overlay: str | None = None) -> dict:
+        """What ``caption --json`` prints for the image: ``image``, ``caption``, ``text`` (the same
+        caption, under the key ``transcribe --json`` gives the transcript), ``tokens``, ``score``,
+        ``beams`` (``text``, ``tokens``, ``score`` each, best first) and ``overlay`` (its PNG or null)."""
+        return {"image": str(self.image), "caption": self.caption, "text": self.caption, "tokens": self.tokens,
+                "score": _finite(self.score), "beams": [beam.to_json() for beam in self.beams], "overlay": overlay}
+
+
+def _finite(score: float) -> float | None:
+    return score if math.isfinite(score) else None  # JSON has no NaN
+
+
+def shipped_model() -> Path:
+    """The shipped captioner's folder (what ``caption`` uses without ``--ckpt``).
+
+    Raises:
+        CheckpointError: none ships (this project ships a recognizer only, ``models/speech_attend``).
+    """
+    if not (SHIPPED_MODEL / "model.safetensors").is_file():
+        raise CheckpointError(
+            f"no captioner ships with the code ({SHIPPED_MODEL} is not there): give --ckpt, a .ckpt from "
+            "`show-attend fit` or a folder from `show-attend export`"
+        )
+    return SHIPPED_MODEL
 
 
 def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
@@ -166,6 +216,95 @@ def caption_images(
             raise result
         results.append(result)
     return results
+
+
+class Captioning:
+    """A trained captioner loaded once, captioning image files with its beam search.
+
+    The Python face of ``show-attend caption``, read as ``speech_attend``'s ``Transcriber``:
+    ``Captioning.load(path, device=...).caption(paths)``. (The network itself is
+    :class:`~show_attend.model.captioner.Captioner`; this holds one with its decoding settings.)
+
+    Args:
+        model (Captioner): a trained captioner (:func:`load_captioner`).
+        beam_size (int or None, optional): beams; by default the model's. (Default: ``None``)
+        max_length (int or None, optional): most words per caption; by default the model's. (Default: ``None``)
+        batch_size (int, optional): images decoded together. (Default: ``16``)
+
+    Raises:
+        ValueError: ``beam_size``, ``max_length`` or ``batch_size`` under 1.
+    """
+
+    def __init__(self, model: Captioner, beam_size: int | None = None, max_length: int | None = None, batch_size: int = 16):
+        self.check_settings(beam_size, max_length, batch_size)
+        self.model = model
+        self.beam_size = beam_size or model.config.beam_size
+        self.max_length = max_length
+        self.batch_size = batch_size
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
+        max_length: int | None = None, batch_size: int = 16, encoder_weights: str | None = None,
+    ) -> "Captioning":
+        """Load a model from a ``.ckpt`` file or an exported folder (``None``: the shipped one, if any).
+
+        Args:
+            path (str, Path or None): the model; ``None`` for :func:`shipped_model`. (Default: ``None``)
+            device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
+            beam_size, max_length, batch_size: as for :class:`Captioning`.
+            encoder_weights (str or None, optional): as for :func:`load_captioner`.
+
+        Raises:
+            ValueError: a device this machine lacks, or a setting under 1 (before anything loads).
+            CheckpointError: the model cannot be loaded (or none ships and ``path`` is ``None``).
+        """
+        device = check_device(device)
+        cls.check_settings(beam_size, max_length, batch_size)
+        model = load_captioner(shipped_model() if path is None else path, device, encoder_weights)
+        return cls(model, beam_size, max_length, batch_size)
+
+    @staticmethod
+    def check_settings(beam_size: int | None = None, max_length: int | None = None, batch_size: int = 16) -> None:
+        """Raises ValueError naming the first setting under 1 (as its ``caption`` option)."""
+        for option, value in (("--beam-size", beam_size), ("--max-length", max_length), ("--batch-size", batch_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"{option} must be >= 1, got {value}")
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @overload
+    def caption(self, paths: str | Path, nbest: int = 1) -> CaptionResult: ...
+    @overload
+    def caption(self, paths: Sequence[str | Path], nbest: int = 1) -> list[CaptionResult]: ...
+
+    def caption(self, paths, nbest: int = 1):
+        """Caption image files: a list of paths gives a list of results, in order; one path, one result.
+
+        Args:
+            paths (path or list of paths): image files (any format and size Pillow reads).
+            nbest (int, optional): captions kept per image (``result.beams``), at most the beam size. (Default: ``1``)
+
+        Raises:
+            ImageError: an image is missing or unreadable (:meth:`caption_many` goes on past it).
+        """
+        one = isinstance(paths, (str, Path))
+        results = []
+        for result in self.caption_many([paths] if one else paths, nbest):
+            if isinstance(result, ImageError):
+                raise result
+            results.append(result)
+        return results[0] if one else results
+
+    def caption_many(self, paths: Sequence[str | Path], nbest: int = 1) -> Iterator[CaptionResult | ImageError]:
+        """Caption image files in order, a batch at a time; a file that cannot be read comes back as
+        its :class:`ImageError`, in its place (:func:`caption_files`)."""
+        if not 1 <= nbest <= self.beam_size:
+            raise ValueError(f"nbest must be between 1 and the beam size {self.beam_size}, got {nbest}")
+        return caption_files(self.model, list(paths), self.beam_size, self.max_length, self.batch_size, nbest)
+
 
 
 def save_overlay(result: CaptionResult, path: str | Path) -> Path:

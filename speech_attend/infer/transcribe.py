@@ -6,6 +6,12 @@ pauses into chunks, which are decoded as one batch and joined; attention models 
 loop on utterances much longer than they were trained on. Every chunk,
 and a file decoded whole, is trimmed to the speech it holds: an attention model trained on
 utterances that start and end with speech invents words for silence at their edges.
+
+:class:`Transcriber` is the Python interface, read as ``show_attend``'s :class:`Captioning` is::
+
+    transcriber = Transcriber.load(device="cpu")  # the shipped model; or Transcriber.load("models/mine")
+    [result] = transcriber.transcribe(["talk.wav"])  # one Transcript per path, in order
+    print(result.text, result.segments[0].words)
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import overload
 
 import torch
 from torch.nn import functional as F
 
 from shared import Hypothesis
+from shared.training.devices import check_device
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
 from speech_attend.data.audio import load_audio
@@ -360,7 +368,7 @@ class Transcriber:
         beam_size (int or None, optional): overrides the saved beam size.
         max_chunk_seconds (float or None, optional): longest piece decoded at once; by default
             the longest training utterance saved with the model (15 s if unknown).
-        device (str, optional): ``cpu`` or ``cuda``. (Default: ``"cpu"``)
+        device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
         trim (bool, optional): trim the quiet edges of every chunk before decoding. (Default: ``True``)
         lm (str, PathLike or None, optional): a folder with a language model (``fit-lm --out``)
             fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
@@ -369,36 +377,69 @@ class Transcriber:
     """
 
     def __init__(
-        self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None, device: str = "cpu",
-        trim: bool = True, lm: str | os.PathLike | None = None, lm_weight: float | None = None, length_bonus: float | None = None,
+        self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None,
+        device: str | torch.device = "cpu", trim: bool = True, lm: str | os.PathLike | None = None,
+        lm_weight: float | None = None, length_bonus: float | None = None,
     ):
+        check_device(device)  # the settings before the model loads
+        self.check_settings(beam_size, max_chunk_seconds)
         self.model = load_recognizer(path, device)
         self.vocabulary, self.decoding = self.model.vocabulary, self.model.decoding
         self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
         if beam_size is not None:
-            if beam_size < 1:
-                raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
             self.decoding = replace(self.decoding, beam_size=beam_size)
-        if max_chunk_seconds is not None and max_chunk_seconds <= 0:
-            raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
         saved = self.decoding.max_chunk_seconds
         self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
         self.device, self.trim = device, trim
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
+        max_chunk_seconds: float | None = None, trim: bool = True, lm: str | os.PathLike | None = None,
+        lm_weight: float | None = None, length_bonus: float | None = None,
+    ) -> "Transcriber":
+        """Load a model from a ``.ckpt`` file or an exported folder; ``None``: the shipped model.
+
+        The same as ``Transcriber(path, ...)``, read as ``show_attend``'s ``Captioning.load``.
+
+        Raises:
+            ValueError: a device this machine lacks, or a setting out of range (before anything loads).
+            CheckpointError: the model cannot be loaded.
+        """
+        return cls(shipped_model() if path is None else path, beam_size, max_chunk_seconds, device, trim, lm, lm_weight, length_bonus)
+
+    @staticmethod
+    def check_settings(beam_size: int | None = None, max_chunk_seconds: float | None = None) -> None:
+        """Raises ValueError naming the first setting out of range (as its ``transcribe`` option)."""
+        if beam_size is not None and beam_size < 1:
+            raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
+        if max_chunk_seconds is not None and not max_chunk_seconds > 0:
+            raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
 
     @property
     def sample_rate(self) -> int:
         return self.model.frontend.config.sample_rate
 
-    def transcribe(self, audio_path: str | os.PathLike) -> Transcript:
-        """Transcribe one file (WAV, FLAC, OGG or MP3, any rate and channel count).
+    @overload
+    def transcribe(self, paths: str | os.PathLike) -> Transcript: ...
+    @overload
+    def transcribe(self, paths: Iterable[str | os.PathLike]) -> list[Transcript]: ...
+
+    def transcribe(self, paths):
+        """Transcribe audio files (WAV, FLAC, OGG or MP3, any rate and channel count): a list of paths
+        gives a list of transcripts, in order; one path, one transcript.
 
         Raises:
-            ValueError: the file cannot be read as audio (:class:`AudioError`) or is too short.
+            ValueError: a file cannot be read as audio (:class:`AudioError`) or is too short
+                (:meth:`transcribe_many` goes on past it).
         """
-        [result] = self.transcribe_many([audio_path])
-        if isinstance(result, ValueError):
-            raise result
-        return result
+        one = isinstance(paths, (str, os.PathLike))
+        results = []
+        for result in self.transcribe_many([paths] if one else paths):
+            if isinstance(result, ValueError):
+                raise result
+            results.append(result)
+        return results[0] if one else results
 
     @torch.no_grad()
     def transcribe_many(self, audio_paths: Iterable[str | os.PathLike]) -> Iterator[Transcript | ValueError]:
