@@ -20,6 +20,7 @@ where training found it, or at ``encoder_weights``. No Lightning here.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence, overload
@@ -223,7 +224,7 @@ class Captioning:
 
     The Python face of ``show-attend caption``, read as ``speech_attend``'s ``Transcriber``:
     ``Captioning.load(path, device=...).caption(paths)``. (The network itself is
-    :class:`~show_attend.model.captioner.Captioner`; this holds one with its decoding settings.)
+    :class:`~show_attend.model.captioner.Captioner`; this holds one, and what changes its decoding.)
 
     Args:
         model (Captioner): a trained captioner (:func:`load_captioner`).
@@ -290,7 +291,7 @@ class Captioning:
         Raises:
             ImageError: an image is missing or unreadable (:meth:`caption_many` goes on past it).
         """
-        one = isinstance(paths, (str, Path))
+        one = isinstance(paths, (str, os.PathLike))
         results = []
         for result in self.caption_many([paths] if one else paths, nbest):
             if isinstance(result, ImageError):
@@ -304,7 +305,6 @@ class Captioning:
         if not 1 <= nbest <= self.beam_size:
             raise ValueError(f"nbest must be between 1 and the beam size {self.beam_size}, got {nbest}")
         return caption_files(self.model, list(paths), self.beam_size, self.max_length, self.batch_size, nbest)
-
 
 
 def save_overlay(result: CaptionResult, path: str | Path) -> Path:
