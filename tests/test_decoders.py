@@ -151,16 +151,21 @@ def test_a_speller_saved_with_lstm_cells_loads_and_spells_the_same():
 
 
 def test_the_shipped_recognizer_saved_with_lstm_cells_loads_into_the_shared_step():
+    # The shipped weights written back in the nn.LSTMCell layout that models exported before the
+    # shared step have (cells.0.weight_ih = [character | context] columns, its two biases apart).
     files = load_model_files(SHIPPED_MODEL, "speech-attend")
-    assert "speller.cells.0.weight_ih" in files.state_dict  # the layout it was exported in
+    new = files.state_dict
+    assert "speller.embed_to_gates.weight" in new and not any(".cells." in key for key in new)
+    context = new["speller.lstm.0.weight"].size(1) - new["speller.lstm.0.weight"].size(0) // 4
+    old = {key: value for key, value in new.items() if not key.startswith(("speller.embed_to_gates.", "speller.lstm.0."))}
+    old["speller.cells.0.weight_ih"] = torch.cat([new["speller.embed_to_gates.weight"], new["speller.lstm.0.weight"][:, :context]], 1)
+    old["speller.cells.0.weight_hh"] = new["speller.lstm.0.weight"][:, context:]
+    old["speller.cells.0.bias_ih"] = new["speller.embed_to_gates.bias"] / 2
+    old["speller.cells.0.bias_hh"] = new["speller.embed_to_gates.bias"] / 2
     model = build_recognizer(files.hyper_parameters)
-    model.load_state_dict(files.state_dict)
-    old = files.state_dict
-    embedding = model.speller.embedding.embedding_dim
-    assert torch.equal(model.speller.embed_to_gates.weight, old["speller.cells.0.weight_ih"][:, :embedding])
-    assert torch.equal(model.speller.embed_to_gates.bias, old["speller.cells.0.bias_ih"] + old["speller.cells.0.bias_hh"])
-    assert torch.equal(model.speller.lstm[0].weight,
-                       torch.cat([old["speller.cells.0.weight_ih"][:, embedding:], old["speller.cells.0.weight_hh"]], 1))
+    model.load_state_dict(old)  # strict: every old key mapped, none missing
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, new[name], rtol=0, atol=1e-7, msg=name)
 
 
 def test_a_captioner_decoder_saved_with_split_gate_weights_loads_and_writes_the_same():

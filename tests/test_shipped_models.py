@@ -45,6 +45,17 @@ def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
     assert written == EXPECTED["speech_attend"]
 
 
+def test_confidences_are_the_spellers_log_probabilities_also_with_the_language_model_fused():
+    # The fused beam score adds the length bonus per character, and went above 0; a confidence
+    # is the speller's own mean log-probability, so at most 0.
+    transcriber = Transcriber(SHIPPED_MODEL)
+    assert transcriber.decoding.length_bonus > 0
+    for name in sorted(EXPECTED["speech_attend"]):
+        segment = transcriber.transcribe(CLIPS / name).segments[0]
+        confidences = [segment.confidence, *(w.confidence for w in segment.words)]
+        assert all(c is not None and -5.0 < c < 0.0 for c in confidences), (name, confidences)
+
+
 def test_transcribe_without_ckpt_uses_the_shipped_model(capsys):
     name = sorted(EXPECTED["speech_attend"])[0]
     assert speech_attend(["transcribe", "--json", str(CLIPS / name)]) == 0

@@ -297,20 +297,20 @@ class LAS(nn.Module):
 
     def _attention_scores(
         self, states: torch.Tensor, encoder_lengths: torch.Tensor, results: list[list[Hypothesis]], sos: int, eos: int
-    ) -> list[list[float]]:
-        """``log p_att(y | x)`` of each utterance's hypotheses (their ``<eos>`` included where they
-        ended), all of them teacher-forced in one :meth:`score`."""
+    ) -> list[list[list[float]]]:
+        """``log p_att`` of each token of each utterance's hypotheses (their ``<eos>`` included where
+        they ended), all of them teacher-forced in one :meth:`score`; their sum is ``log p_att(y | x)``."""
         rows = [b for b, hyps in enumerate(results) for _ in hyps]
         sequences = [[sos, *h.tokens] + ([eos] if h.finished else []) for hyps in results for h in hyps]
         lengths = torch.tensor([len(s) - 1 for s in sequences], device=states.device)
         if not sequences or int(lengths.max()) == 0:
-            return [[0.0] * len(hyps) for hyps in results]
+            return [[[] for _ in hyps] for hyps in results]
         tokens = torch.zeros(len(sequences), int(lengths.max()) + 1, dtype=torch.long)
         for i, sequence in enumerate(sequences):
             tokens[i, : len(sequence)] = torch.tensor(sequence)
         index = torch.tensor(rows, device=states.device)
         log_probs, _ = self.score(states[index], encoder_lengths[index], tokens.to(states.device), lengths)  # (H, U)
-        scores = log_probs.double().sum(1).tolist()
+        scores = [row[:n].tolist() for row, n in zip(log_probs.double(), lengths.tolist())]
         grouped, start = [], 0
         for hyps in results:
             grouped.append(scores[start : start + len(hyps)])
@@ -325,7 +325,9 @@ class LAS(nn.Module):
 
         Args:
             hyps (list[Hypothesis]): the n-best of one utterance.
-            attention (list[float]): ``log p_att`` of each (:meth:`_attention_scores`).
+            attention (list[list[float]]): ``log p_att`` of each token of each (:meth:`_attention_scores`);
+                those of the characters become the hypotheses' ``token_scores``: the speller's own,
+                without the language model or the length bonus, for confidences.
             log_probs (torch.Tensor): its CTC log-probabilities `(T, V)`.
         """
         others = scorers.others(hyps)  # the language model and length bonus, weighted
@@ -341,9 +343,9 @@ class LAS(nn.Module):
         )  # (N,); inf where the frames cannot hold the hypothesis
         rescored = []
         for hyp, att, nll, other in zip(hyps, attention, ctc_nll.tolist(), others):
-            score = (1 - config.ctc_weight) * att - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
+            score = (1 - config.ctc_weight) * sum(att) - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
             normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
-            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, hyp.token_scores))
+            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, att[: len(hyp.tokens)]))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
 
 
