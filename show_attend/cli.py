@@ -20,43 +20,30 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import pytorch_lightning as pl
 from tqdm import tqdm
 
-from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
 from shared.training.devices import check_device
 
-from show_attend.data.readers import DataError
-from show_attend.train.datamodule import CaptionDataModule
-from show_attend.train.module import CaptionerModule
 
-__all__ = ["main", "CaptionCLI"]
+__all__ = ["main"]  # CaptionCLI and EncoderToFeatureCache: show_attend.train.cli
 
 PROG = "show-attend"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")  # what a folder argument yields
 
 
-class EncoderToFeatureCache(pl.Callback):
-    """Hands the model's encoder to the data module, which caches its features (``data.feature_cache``)."""
-
-    def setup(self, trainer: pl.Trainer, pl_module: CaptionerModule, stage: str) -> None:
-        datamodule = trainer.datamodule
-        if isinstance(datamodule, CaptionDataModule) and datamodule.feature_cache:
-            if not pl_module.model.encoder.frozen:
-                raise DataError("data.feature_cache needs a frozen encoder (model.encoder.fine_tune_blocks: 0, not the small CNN)")
-            datamodule.use_encoder(pl_module.model.encoder)
-
-
-class CaptionCLI(AttendCLI):
-    """The shared LightningCLI, with the data module's image size linked into the model too."""
-
-    def link_data_and_model(self, parser) -> None:
-        parser.link_arguments("data.image_size", "model.image_size")
-
-
 def _lightning(args: list[str]) -> None:
-    run_lightning(CaptionCLI, CaptionerModule, CaptionDataModule, args, trainer_defaults={"callbacks": [EncoderToFeatureCache()]})
+    from show_attend.train.cli import fit_validate_test  # Lightning loads only for the commands that train
+
+    fit_validate_test(args)
+
+
+def __getattr__(name: str):
+    if name in ("CaptionCLI", "EncoderToFeatureCache"):
+        from show_attend.train import cli
+
+        return getattr(cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _prepare(args: list[str]) -> int:

@@ -10,7 +10,7 @@
 
 ``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` (run layout,
 checkpoints, ``--ckpt_path last``, resume: see there); here the data module's vocabulary is
-linked into the model, and :class:`DataToModel` passes the training audio's statistics to the
+linked into the model, and :class:`speech_attend.train.cli.DataToModel` passes the training audio's statistics to the
 model. Errors a user can cause come out as one line, ``speech-attend: error: ...``, with exit
 code 2 (``--debug`` shows the traceback).
 """
@@ -23,57 +23,28 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import pytorch_lightning as pl
-
-from shared.training.cli import AttendCLI, run_lightning
 from shared.training.commands import expand_folders, run_app
 from shared.training.devices import check_device
 
-from speech_attend.train.datamodule import SpeechDataModule
 from speech_attend.model.lm import LMConfig
-from speech_attend.train.lm import train_lm
-from speech_attend.train.module import RecognizerModule
 
-__all__ = ["main", "RecognizerCLI"]
+__all__ = ["main"]  # RecognizerCLI: speech_attend.train.cli
 
 PROG = "speech-attend"
 
 
-class DataToModel(pl.Callback):
-    """What the recognizer and its data module take from each other when a run starts: the
-    feature statistics and the longest utterance of the training audio go to the model (``fit``),
-    and the model's shortest decodable clip (one listener frame) to the data module."""
-
-    def setup(self, trainer: pl.Trainer, pl_module: RecognizerModule, stage: str) -> None:
-        datamodule = trainer.datamodule
-        if not isinstance(datamodule, SpeechDataModule):
-            return
-        datamodule.set_min_samples(pl_module.model.min_samples())  # a shorter clip is skipped and logged, not fatal
-        if stage == "fit":
-            pl_module.set_longest_utterance(max(datamodule.training_durations()))
-            pl_module.set_feature_statistics(datamodule.statistics_batches(pl_module.hparams.statistics_utterances))
-
-
-def _quote_default(parser, dest: str) -> None:
-    """Show a string option's default in quotes in ``--help``: jsonargparse prints it bare, and
-    the lone apostrophe of ``data.keep_punctuation`` read as a misprint, ``(default: ')``."""
-    action = next(action for action in parser._actions if action.dest == dest)
-    action.help = f'{action.help} (type: %(type)s, default: "%(default)s")'  # jsonargparse then adds neither
-
-
-class RecognizerCLI(AttendCLI):
-    """The shared LightningCLI, with the model's sample rate linked into the data module."""
-
-    def link_data_and_model(self, parser) -> None:
-        parser.link_arguments("model.features.sample_rate", "data.sample_rate")
-        _quote_default(parser, "data.keep_punctuation")
-
-
 def _lightning(args: list[str]) -> None:
-    run_lightning(
-        RecognizerCLI, RecognizerModule, SpeechDataModule, args,
-        trainer_defaults={"callbacks": [DataToModel()], "use_distributed_sampler": False},  # the bucketed sampler shards itself
-    )
+    from speech_attend.train.cli import fit_validate_test  # Lightning loads only for the commands that train
+
+    fit_validate_test(args)
+
+
+def __getattr__(name: str):
+    if name == "RecognizerCLI":
+        from speech_attend.train.cli import RecognizerCLI
+
+        return RecognizerCLI
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _prepare(argv: list[str]) -> int:
@@ -258,6 +229,8 @@ def _fit_lm(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     config = LMConfig(embedding_dim=args.embedding, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
+    from speech_attend.train.lm import train_lm
+
     record = train_lm(args.out, args.text_from, args.vocabulary_from, config, args.minutes * 60, args.max_steps,
                       args.batch_size, args.lr, args.seed, args.dev_from, progress=True, device=args.device)
     if record.get("dev_test_overlap"):

@@ -73,3 +73,10 @@ def test_the_apps_python_interfaces_import_no_lightning():
     loaded = set(result.stdout.split())
     assert "show_attend.infer.caption" in loaded and "speech_attend.infer.transcribe" in loaded
     assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}
+
+
+def test_the_commands_load_lightning_only_to_train():
+    # transcribe and caption start faster without it (the shipped recognizer's 10-second file)
+    loaded = _modules_after_import("speech_attend.cli", "show_attend.cli")
+    assert "speech_attend.cli" in loaded and "show_attend.cli" in loaded
+    assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}

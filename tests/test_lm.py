@@ -209,7 +209,7 @@ def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recogni
         lm_scores = lm.score([h.tokens for h in hyps], sos, eos, [h.finished for h in hyps]).tolist()
     fused = [Hypothesis(h.tokens, h.score + weight * s, 0.0, h.finished) for h, s in zip(hyps, lm_scores)]  # as the fused beam scores them
     config = DecodeConfig(ctc_weight=0.3)
-    attention = [h.score for h in hyps]  # the beam's, from the speller alone
+    attention = [[*h.token_scores, h.score - sum(h.token_scores)] for h in hyps]  # per token (<eos> last), the speller's alone
     without = model._rescore(hyps, attention, log_probs, config, WeightedScorers({"attention": Scorer(1.0, None, None)}))
     with_lm = model._rescore(fused, attention, log_probs, config, WeightedScorers({
         "attention": Scorer(1.0, None, None), "lm": lm_scorer(lm, weight, 1, sos, eos)}))

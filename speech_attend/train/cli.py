@@ -1,0 +1,53 @@
+"""The recognizer's ``fit``, ``validate`` and ``test``: the shared LightningCLI with the recognizer's
+links, and the callback that hands the training audio's statistics to the model. The
+``speech-attend`` command (:mod:`speech_attend.cli`) imports this only for those commands, so
+that transcribing never loads Lightning.
+"""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+
+from shared.training.cli import AttendCLI, run_lightning
+from speech_attend.train.datamodule import SpeechDataModule
+from speech_attend.train.module import RecognizerModule
+
+__all__ = ["DataToModel", "RecognizerCLI", "fit_validate_test"]
+
+
+class DataToModel(pl.Callback):
+    """What the recognizer and its data module take from each other when a run starts: the
+    feature statistics and the longest utterance of the training audio go to the model (``fit``),
+    and the model's shortest decodable clip (one listener frame) to the data module."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: RecognizerModule, stage: str) -> None:
+        datamodule = trainer.datamodule
+        if not isinstance(datamodule, SpeechDataModule):
+            return
+        datamodule.set_min_samples(pl_module.model.min_samples())  # a shorter clip is skipped and logged, not fatal
+        if stage == "fit":
+            pl_module.set_longest_utterance(max(datamodule.training_durations()))
+            pl_module.set_feature_statistics(datamodule.statistics_batches(pl_module.hparams.statistics_utterances))
+
+
+def _quote_default(parser, dest: str) -> None:
+    """Show a string option's default in quotes in ``--help``: jsonargparse prints it bare, and
+    the lone apostrophe of ``data.keep_punctuation`` read as a misprint, ``(default: ')``."""
+    action = next(action for action in parser._actions if action.dest == dest)
+    action.help = f'{action.help} (type: %(type)s, default: "%(default)s")'  # jsonargparse then adds neither
+
+
+class RecognizerCLI(AttendCLI):
+    """The shared LightningCLI, with the model's sample rate linked into the data module."""
+
+    def link_data_and_model(self, parser) -> None:
+        parser.link_arguments("model.features.sample_rate", "data.sample_rate")
+        _quote_default(parser, "data.keep_punctuation")
+
+
+def fit_validate_test(args: list[str]) -> None:
+    """``speech-attend fit|validate|test ARGS``: the recognizer's LightningCLI run."""
+    run_lightning(
+        RecognizerCLI, RecognizerModule, SpeechDataModule, args,
+        trainer_defaults={"callbacks": [DataToModel()], "use_distributed_sampler": False},  # the bucketed sampler shards itself
+    )
