@@ -179,3 +179,45 @@ def test_a_captioner_decoder_saved_with_split_gate_weights_loads_and_writes_the_
     features, tokens = torch.randn(2, 9, 8), _sequences(2, 5, 30)
     with torch.no_grad():
         assert torch.equal(loaded.score(features, tokens).log_probs, saved.score(features, tokens).log_probs)
+
+
+def test_a_run_saved_before_the_shared_step_resumes_with_the_same_adam_moments():
+    from speech_attend.train.module import RecognizerModule, _optimizer_states_from_lstm_cells
+    from test_text_to_ids import CHARS, TINY
+
+    from speech_attend.model.features import FeatureConfig
+
+    torch.manual_seed(0)
+    module = RecognizerModule(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3)
+    sum(p.square().sum() * (i + 1) for i, p in enumerate(module.parameters())).backward()
+    optimizer.step()
+    today = optimizer.state_dict()
+    names = [name for name, _ in module.named_parameters()]
+    # The same run as its checkpoint was written before: the speller's LSTMCell parameters at the
+    # end of the parameter list, their moments split from today's (both biases share one gradient).
+    prefix, hidden = "model.speller.", module.model.speller.hidden
+    embedding = module.model.speller.embedding.embedding_dim
+    moments = {n: today["state"][i] for i, n in enumerate(names)}
+    kept = [n for n in names if not n.startswith((prefix + "embed_to_gates.", prefix + "lstm.0."))]
+    gate, joined = moments[prefix + "embed_to_gates.weight"], moments[prefix + "lstm.0.weight"]
+    cells = {}
+    for field in ("exp_avg", "exp_avg_sq"):
+        cells.setdefault(prefix + "cells.0.weight_ih", {})[field] = torch.cat([gate[field], joined[field][:, :-hidden]], 1)
+        cells.setdefault(prefix + "cells.0.weight_hh", {})[field] = joined[field][:, -hidden:]
+        for bias in ("bias_ih", "bias_hh"):
+            cells.setdefault(prefix + f"cells.0.{bias}", {})[field] = moments[prefix + "embed_to_gates.bias"][field]
+    saved_names = kept + list(cells)
+    state_dict = {n: torch.zeros(1) for n in saved_names}
+    state_dict[prefix + "embedding.weight"] = torch.zeros(1, embedding)
+    saved = {i: {"step": today["state"][0]["step"], **(cells[n] if n in cells else {f: moments[n][f] for f in ("exp_avg", "exp_avg_sq")})}
+             for i, n in enumerate(saved_names)}
+    checkpoint = {"state_dict": state_dict, "optimizer_states": [
+        {"state": saved, "param_groups": [dict(today["param_groups"][0], params=list(range(len(saved_names))))]}]}
+    _optimizer_states_from_lstm_cells(checkpoint, module)
+    restored = checkpoint["optimizer_states"][0]
+    assert restored["param_groups"][0]["params"] == list(range(len(names)))
+    for i in range(len(names)):
+        for field in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(restored["state"][i][field], today["state"][i][field]), (names[i], field)
+    optimizer.load_state_dict(restored)  # the optimiser takes it

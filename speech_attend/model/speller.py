@@ -34,7 +34,7 @@ from shared import Attention, Memory, build_score
 from shared.lstm import LSTMLayer
 from shared.recurrence import Recurrence
 
-__all__ = ["SpellerConfig", "Speller", "SpellerState"]
+__all__ = ["SpellerConfig", "Speller", "SpellerState", "from_lstm_cells"]
 
 # (hidden (B, layers, H), cell (B, layers, H), context (B, D_enc), weights (B, L)); every
 # tensor has the batch first, as shared.beam_search reorders state along dim 0.
@@ -232,16 +232,25 @@ def _from_lstm_cells(state_dict: dict, prefix: str, *_) -> None:
     ``weight_hh``, ``bias_ih``, ``bias_hh``) to the shared step's: the first cell's character
     columns become ``embed_to_gates`` (with both biases summed), the rest of each cell's input
     weights sit beside its recurrent ones in ``lstm.{k}.weight``. The values are the same sums."""
-    layer = 0
-    while f"{prefix}cells.{layer}.weight_ih" in state_dict:
-        old = {name: state_dict.pop(f"{prefix}cells.{layer}.{name}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
-        weight_ih, bias = old["weight_ih"], old["bias_ih"] + old["bias_hh"]
+    if f"{prefix}cells.0.weight_ih" in state_dict:
+        embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
+        state_dict.update(from_lstm_cells(state_dict, prefix, embedding_dim, lambda ih, hh: ih + hh))
+
+
+def from_lstm_cells(tensors: dict, prefix: str, embedding_dim: int, join_biases) -> dict:
+    """The shared step's tensors from the ``nn.LSTMCell`` layout's, popped from ``tensors``: the
+    weights as :func:`_from_lstm_cells` maps them, the two biases joined by ``join_biases``
+    (their sum for the values; either one for an optimiser's moments, as both get the same gradient)."""
+    mapped, layer = {}, 0
+    while f"{prefix}cells.{layer}.weight_ih" in tensors:
+        old = {name: tensors.pop(f"{prefix}cells.{layer}.{name}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+        weight_ih, bias = old["weight_ih"], join_biases(old["bias_ih"], old["bias_hh"])
         if layer == 0:
-            embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
-            state_dict[f"{prefix}embed_to_gates.weight"] = weight_ih[:, :embedding_dim].contiguous()
-            state_dict[f"{prefix}embed_to_gates.bias"] = bias
+            mapped[f"{prefix}embed_to_gates.weight"] = weight_ih[:, :embedding_dim].contiguous()
+            mapped[f"{prefix}embed_to_gates.bias"] = bias
             weight_ih = weight_ih[:, embedding_dim:]
         else:
-            state_dict[f"{prefix}lstm.{layer}.bias"] = bias
-        state_dict[f"{prefix}lstm.{layer}.weight"] = torch.cat([weight_ih, old["weight_hh"]], 1)
+            mapped[f"{prefix}lstm.{layer}.bias"] = bias
+        mapped[f"{prefix}lstm.{layer}.weight"] = torch.cat([weight_ih, old["weight_hh"]], 1)
         layer += 1
+    return mapped

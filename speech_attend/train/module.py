@@ -28,12 +28,14 @@ from shared import Vocabulary
 from shared.evaluation.speech import speech_metrics
 from shared.training.bad_samples import zero_loss
 from shared.training.config import as_dataclass
+from shared.training.model_files import CheckpointError
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
 
 from speech_attend.data.dataset import Batch
 from speech_attend.model.features import FeatureConfig
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
+from speech_attend.model.speller import from_lstm_cells
 
 __all__ = ["RecognizerModule"]
 
@@ -140,6 +142,10 @@ class RecognizerModule(AttendModule):
         return with_schedule(torch.optim.AdamW(self.parameters(), lr=opt.lr, weight_decay=opt.weight_decay), opt, self._total_steps)
 
     # ------------------------------------------------------------------ loss
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        _optimizer_states_from_lstm_cells(checkpoint, self)  # runs saved before the shared LSTM step resume too
 
     def _progress(self) -> float:
         """Fraction of training done; 1 outside ``fit`` (validate/test use the final weights)."""
@@ -264,3 +270,30 @@ class RecognizerModule(AttendModule):
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
         self._last_step_time = None  # the next step's time would include validation
+
+
+def _optimizer_states_from_lstm_cells(checkpoint: dict, module: "RecognizerModule") -> None:
+    """Map an optimiser state saved with the speller's ``nn.LSTMCell`` parameters onto today's
+    (the weights themselves are mapped on load, :func:`speech_attend.model.speller.from_lstm_cells`):
+    Adam's moments are split and joined as the weights are, in the order of today's parameters."""
+    prefix = "model.speller."
+    state_dict = checkpoint.get("state_dict", {})
+    if f"{prefix}cells.0.weight_ih" not in state_dict:
+        return
+    names = [name for name, _ in module.named_parameters()]
+    saved_names = [key for key in state_dict if key.startswith(f"{prefix}cells.") or key in set(names)]
+    embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
+    for optimizer in checkpoint.get("optimizer_states", []):
+        groups = optimizer["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(saved_names):
+            raise CheckpointError("--ckpt_path: the optimiser state does not match the model it was saved with")
+        by_name = {saved_names[groups[0]["params"].index(i)]: state for i, state in optimizer["state"].items()}
+        step = max(state["step"] for state in by_name.values())  # every parameter is updated at every step
+        moments = {field: {name: state[field] for name, state in by_name.items()} for field in ("exp_avg", "exp_avg_sq")}
+        for tensors in moments.values():
+            tensors.update(from_lstm_cells(tensors, prefix, embedding_dim, lambda ih, hh: ih))  # both biases get one gradient
+        optimizer["state"] = {
+            i: {"step": step.clone(), "exp_avg": moments["exp_avg"][name], "exp_avg_sq": moments["exp_avg_sq"][name]}
+            for i, name in enumerate(names) if name in moments["exp_avg"]
+        }
+        groups[0]["params"] = list(range(len(names)))
