@@ -206,17 +206,12 @@ def caption_images(
     max_length: int | None = None,
     batch_size: int = 16,
 ) -> list[CaptionResult]:
-    """Caption image files; :func:`caption_files` as a list.
+    """Caption image files; :func:`caption_files` as a list (:meth:`Captioning.caption`).
 
     Raises:
         ImageError: an image is missing or unreadable.
     """
-    results = []
-    for result in caption_files(model, paths, beam_size, max_length, batch_size):
-        if isinstance(result, ImageError):
-            raise result
-        results.append(result)
-    return results
+    return Captioning(model, beam_size, max_length, batch_size).caption(list(paths))
 
 
 class Captioning:

@@ -413,9 +413,8 @@ class AugmentedCollate:
         if not batch.batch_size or strength <= 0:
             return batch
         config = self.config if strength >= 1 else self.config.scaled(strength)
-        texts = list(batch.texts)
         if config.non_speech_prob > 0:
-            waveforms = batch.waveforms.clone()
+            texts, waveforms = list(batch.texts), batch.waveforms.clone()
             for i in _without_speech(waveforms, batch.lengths, config, self.sample_rate, None):
                 texts[i] = ""
             batch = self.collate.with_texts(batch._replace(waveforms=waveforms), texts)

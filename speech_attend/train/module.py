@@ -281,13 +281,15 @@ def _optimizer_states_from_lstm_cells(checkpoint: dict, module: "RecognizerModul
     if f"{prefix}cells.0.weight_ih" not in state_dict:
         return
     names = [name for name, _ in module.named_parameters()]
-    saved_names = [key for key in state_dict if key.startswith(f"{prefix}cells.") or key in set(names)]
+    parameters = set(names)
+    saved_names = [key for key in state_dict if key.startswith(f"{prefix}cells.") or key in parameters]
     embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
     for optimizer in checkpoint.get("optimizer_states", []):
         groups = optimizer["param_groups"]
         if len(groups) != 1 or len(groups[0]["params"]) != len(saved_names):
             raise CheckpointError("--ckpt_path: the optimiser state does not match the model it was saved with")
-        by_name = {saved_names[groups[0]["params"].index(i)]: state for i, state in optimizer["state"].items()}
+        position = {index: k for k, index in enumerate(groups[0]["params"])}  # state key -> place in the group
+        by_name = {saved_names[position[i]]: state for i, state in optimizer["state"].items()}
         step = max(state["step"] for state in by_name.values())  # every parameter is updated at every step
         moments = {field: {name: state[field] for name, state in by_name.items()} for field in ("exp_avg", "exp_avg_sq")}
         for tensors in moments.values():
