@@ -1,6 +1,12 @@
 """The recognizer's recipe search: candidates that differ from one base in one thing, at equal wall time.
 
     python scripts/recipe_search.py [--minutes 20] [--only A,S] [--out outputs/search] [--plot-only]
+    python scripts/recipe_search.py --from outputs/search/A_last_36818.ckpt --max-steps 60000 \
+        --minutes 95 --only FC,FS --out outputs/ft
+
+The second form is stage two: candidates (``STAGE_TWO``) that go on from one checkpoint (the long
+run's end), each for ``--minutes`` more wall time, with the cosine schedule stretched to
+``--max-steps`` (the learning rate rises again to where the longer cosine stands, then decays).
 
 Each candidate is ``configs/speech_attend/broad_las.yaml`` with a few overrides (``CANDIDATES``).
 Two train at once, one thread each (one core each on a 2-core machine), for ``--minutes`` of wall
@@ -24,6 +30,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -52,20 +59,47 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
     "NSF": ("no shortest-first epoch", ["--data.curriculum_epochs", "0"]),
 }
 
+# Stage two: what the long run under-sampled, tried from its last checkpoint (``--from``). The
+# base of both is the conditions' babble share: a quarter of the draws at 0-30 dB left babble at
+# 10 dB 2.3x the clean WER.
+STAGE_TWO: dict[str, tuple[str, list[str]]] = {
+    "FC": ("from the long run: babble in 42% of the draws (not 25%) at 0-20 dB (not 0-30)", [
+        "--data.augment.noise_prob", "0.6", "--data.augment.babble_prob", "0.7", "--data.augment.snr_db", "[0,20]"]),
+}
+STAGE_TWO["FS"] = ("FC and SpecAugment (2 masks of up to 15 mel bands, 2 of up to 40 frames)", [
+    *STAGE_TWO["FC"][1], "--model.features.freq_masks", "2", "--model.features.freq_mask_width", "15",
+    "--model.features.time_masks", "2"])
+RECIPES = {**CANDIDATES, **STAGE_TWO}
+
 
 def _run_dir(out: Path, name: str) -> Path:
     return out / name / "version_0"
 
 
 def _overrides(name: str, data: Path | None) -> list[str]:
-    return CANDIDATES[name][1] + ([] if data is None else ["--data.data_dir", str(data)])
+    return RECIPES[name][1] + ([] if data is None else ["--data.data_dir", str(data)])
 
 
-def _train(out: Path, name: str, minutes: float, data: Path | None) -> subprocess.Popen:
-    overrides = _overrides(name, data)
+def _start(start: Path | None, max_steps: int | None, out: Path, name: str) -> tuple[float, list[str]]:
+    """A stage-two candidate's starting checkpoint, copied into its run (once): the wall time it
+    had trained (Lightning's timer resumes there) and the overrides that stretch the schedule."""
+    if start is None:
+        return 0.0, []
+    last = _run_dir(out, name) / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        last.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(start, last)
+    before = float(torch.load(start, map_location="cpu", weights_only=True).get("fit_seconds", 0.0))
+    return before, [] if max_steps is None else ["--trainer.max_steps", str(max_steps)]
+
+
+def _train(out: Path, name: str, minutes: float, data: Path | None, start: Path | None = None,
+           max_steps: int | None = None) -> subprocess.Popen:
+    before, schedule = _start(start, max_steps, out, name)
+    overrides = _overrides(name, data) + schedule
     log = (out / f"{name}.log").open("a")
     command = [*SPEECH_ATTEND, "fit", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
-               "--trainer.max_time", _max_time(minutes), "--trainer.enable_progress_bar", "false", *overrides]
+               "--trainer.max_time", _max_time(before / 60 + minutes), "--trainer.enable_progress_bar", "false", *overrides]
     if (_run_dir(out, name) / "checkpoints" / "last.ckpt").is_file():
         command += ["--ckpt_path", "last"]  # a search stopped half-way goes on
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -75,7 +109,7 @@ def _train(out: Path, name: str, minutes: float, data: Path | None) -> subproces
 SEARCH_END = "search_end.json"  # where a candidate stood when its time ran out
 
 
-def _validate(out: Path, name: str, data: Path | None) -> None:
+def _validate(out: Path, name: str, data: Path | None, start: Path | None = None) -> None:
     """Score the last checkpoint on the validation utterances (appends a val/cer row to metrics.csv)
     and write ``search_end.json``: its steps, wall and processor seconds, batch, weights and CER."""
     with (out / f"{name}.log").open("a") as log:
@@ -83,11 +117,12 @@ def _validate(out: Path, name: str, data: Path | None) -> None:
                    *_overrides(name, data), "--ckpt_path", str(_run_dir(out, name) / "checkpoints" / "last.ckpt")]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
-    record_end(_run_dir(out, name))
+    record_end(_run_dir(out, name), start)
 
 
-def record_end(run: Path) -> dict:
-    """``search_end.json`` of a run whose time ran out and whose last checkpoint was just validated."""
+def record_end(run: Path, start: Path | None = None) -> dict:
+    """``search_end.json`` of a run whose time ran out and whose last checkpoint was just validated;
+    a stage-two run also records where it started (``start_step``, ``start_seconds``)."""
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     with (run / "metrics.csv").open(newline="") as file:
         final = [float(r["val/cer"]) for r in csv.DictReader(file) if r.get("val/cer") and not r.get("val/fit_seconds")]
@@ -97,6 +132,10 @@ def record_end(run: Path) -> dict:
         "weights": sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames"))),
         "final_cer": final[-1],
     }
+    if start is not None:
+        first = torch.load(start, map_location="cpu", weights_only=True)
+        end["start_step"], end["start_seconds"] = int(first["global_step"]), float(first.get("fit_seconds", 0.0))
+        end["start_cpu_seconds"] = float(first.get("fit_cpu_seconds", 0.0))
     (run / SEARCH_END).write_text(json.dumps(end, indent=1) + "\n")
     return end
 
@@ -109,17 +148,20 @@ def _max_time(minutes: float) -> str:
 def summarise(out: Path, name: str) -> dict | None:
     """A candidate's curve and throughput from its run's metrics.csv and ``search_end.json``.
 
-    Only the search's stretch counts: a run continued later (the long run) adds rows after it.
+    Only the search's stretch counts: a run continued later (the long run) adds rows after it, and
+    a stage-two run counts from its start (its time, steps and processor time from there).
     """
     run = _run_dir(out, name)
     if not (run / "metrics.csv").is_file() or not (run / SEARCH_END).is_file():
         return None
     end = json.loads((run / SEARCH_END).read_text())
-    seconds, steps, cpu_seconds, batch = end["seconds"], end["steps"], end["cpu_seconds"], end["batch"]
+    first_step, first_seconds, first_cpu = end.get("start_step", 0), end.get("start_seconds", 0.0), end.get("start_cpu_seconds", 0.0)
+    seconds, steps, cpu_seconds, batch = end["seconds"] - first_seconds, end["steps"], end["cpu_seconds"] - first_cpu, end["batch"]
     with (run / "metrics.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
-    curve = [(float(r["val/fit_seconds"]), int(r["step"]), float(r["val/cer"]), float(r.get("val/fit_cpu_seconds") or 0))
-             for r in rows if r.get("val/cer") and r.get("val/fit_seconds") and int(r["step"]) <= steps]
+    curve = [(float(r["val/fit_seconds"]) - first_seconds, int(r["step"]), float(r["val/cer"]),
+              float(r.get("val/fit_cpu_seconds") or first_cpu) - first_cpu)
+             for r in rows if r.get("val/cer") and r.get("val/fit_seconds") and first_step < int(r["step"]) <= steps]
     curve.append((seconds, steps, end["final_cer"], cpu_seconds))  # the last checkpoint's score, after the time ran out
     curve = sorted({point[1]: point for point in curve}.values())  # one point per step (a stop's validation and the final score coincide)
     weights = end["weights"]
@@ -129,16 +171,16 @@ def summarise(out: Path, name: str) -> dict | None:
         first, last = (late[0], late[-1]) if len(late) >= 2 else (curve[-2], curve[-1])  # (seconds, step, cer, cpu)
         slope = (last[2] - first[2]) / max(1.0, last[0] - first[0]) * 600
     return {
-        "name": name, "what": CANDIDATES[name][0], "weights": weights, "steps": steps, "seconds": round(seconds, 1),
+        "name": name, "what": RECIPES[name][0], "weights": weights, "steps": steps, "seconds": round(seconds, 1),
         "cpu_seconds": round(cpu_seconds, 1),
-        "utterances_per_second_per_core": round(steps * batch / max(seconds, 1.0), 1),
-        "utterances_per_cpu_second": round(steps * batch / max(cpu_seconds, 1.0), 1),
+        "utterances_per_second_per_core": round((steps - first_step) * batch / max(seconds, 1.0), 1),
+        "utterances_per_cpu_second": round((steps - first_step) * batch / max(cpu_seconds, 1.0), 1),
         "curve": [{"seconds": round(s, 1), "step": n, "cer": round(c, 4), "cpu_seconds": round(u, 1)} for s, n, c, u in curve],
         "final_cer": curve[-1][2] if curve else None, "slope_per_10_min": None if slope is None else round(slope, 4),
     }
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, title: str = "Recipe search at equal wall time") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,10 +193,10 @@ def plot(results: list[dict], path: Path) -> None:
         ax.plot(xs, ys, marker="o", markersize=3, label=f"{r['name']}: {r['what'][:48]}")
     ax.set_xlabel("wall time, minutes (one core each)")
     ax.set_ylabel("validation CER (greedy, 200 dev utterances)")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, min(1.05, 1.15 * max((p["cer"] for r in results for p in r["curve"]), default=1.0)))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    ax.set_title("Recipe search at equal wall time (held-out sentences and voices)")
+    ax.set_title(f"{title} (held-out sentences and voices)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -167,11 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "search")
     parser.add_argument("--data", type=Path, default=None, help="corpus folder (default: the config's, data/broad)")
     parser.add_argument("--plot-only", action="store_true", help="only rebuild search.json and search.png")
+    parser.add_argument("--from", dest="start", type=Path, help="stage two: the checkpoint each candidate goes on from")
+    parser.add_argument("--max-steps", type=int, help="stage two: the stretched schedule's last step")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.only.split(",")] if args.only else list(CANDIDATES)
-    unknown = [n for n in names if n not in CANDIDATES]
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(STAGE_TWO if args.start else CANDIDATES)
+    unknown = [n for n in names if n not in RECIPES]
     if unknown:
-        print(f"recipe_search: error: unknown candidates {unknown}; expected some of {list(CANDIDATES)}", file=sys.stderr)
+        print(f"recipe_search: error: unknown candidates {unknown}; expected some of {list(CANDIDATES)}, "
+              f"or with --from some of {list(STAGE_TWO)}", file=sys.stderr)
+        return 2
+    mixed = [n for n in names if (n in STAGE_TWO) != bool(args.start)]
+    if mixed and not args.plot_only:
+        print(f"recipe_search: error: {mixed}: stage-two candidates ({list(STAGE_TWO)}) need --from, the others train "
+              "from the start", file=sys.stderr)
+        return 2
+    if args.start and not args.start.is_file():
+        print(f"recipe_search: error: --from {args.start}: no such checkpoint", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:
@@ -179,17 +232,17 @@ def main(argv: list[str] | None = None) -> int:
             pair = names[first : first + 2]
             start = time.time()
             print(f"training {', '.join(pair)} for {args.minutes:g} minutes each", flush=True)
-            running = [_train(args.out, name, args.minutes, args.data) for name in pair]
+            running = [_train(args.out, name, args.minutes, args.data, args.start, args.max_steps) for name in pair]
             codes = [p.wait() for p in running]
             if any(codes):
                 print(f"recipe_search: error: training {pair} exited {codes}; see {args.out}/<name>.log", file=sys.stderr)
                 return 1
             for name in pair:
-                _validate(args.out, name, args.data)
+                _validate(args.out, name, args.data, args.start)
             print(f"  done in {time.time() - start:.0f} s", flush=True)
     results = [r for r in (summarise(args.out, name) for name in names) if r]
     (args.out / "search.json").write_text(json.dumps(results, indent=1) + "\n")
-    plot(results, args.out / "search.png")
+    plot(results, args.out / "search.png", "Stage two at equal wall time" if names[0] in STAGE_TWO else "Recipe search at equal wall time")
     for r in sorted(results, key=lambda r: (r["final_cer"], r["slope_per_10_min"] or 0)):
         print(f"{r['name']:>4}  CER {r['final_cer']:.3f} after {r['seconds'] / 60:.1f} min, {r['steps']} steps, "
               f"{r['utterances_per_second_per_core']} utt/s/core, slope {r['slope_per_10_min']} per 10 min: {r['what']}")

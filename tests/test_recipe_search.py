@@ -1,0 +1,69 @@
+"""The recipe search's bookkeeping: a stage-two run counts from the checkpoint it went on from."""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import recipe_search  # noqa: E402
+
+FIELDS = ["epoch", "step", "train/loss", "val/cer", "val/fit_seconds", "val/fit_cpu_seconds"]
+
+
+def _write_run(run: Path, rows: list[dict], end: dict) -> None:
+    run.mkdir(parents=True)
+    with (run / "metrics.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (run / recipe_search.SEARCH_END).write_text(json.dumps(end))
+
+
+def test_a_stage_two_run_counts_its_time_steps_and_throughput_from_where_it_started(tmp_path):
+    run = recipe_search._run_dir(tmp_path, "FC")
+    rows = [  # the long run's rows before the start (they came with the checkpoint's folder), then stage two's
+        {"epoch": 30, "step": 30000, "val/cer": 0.25, "val/fit_seconds": 7000.0, "val/fit_cpu_seconds": 7000.0},
+        {"epoch": 36, "step": 36000, "val/cer": 0.22, "val/fit_seconds": 8800.0, "val/fit_cpu_seconds": 8800.0},
+        {"epoch": 40, "step": 40000, "val/cer": 0.21, "val/fit_seconds": 9900.0, "val/fit_cpu_seconds": 9900.0},
+        {"epoch": 45, "step": 45000, "val/cer": 0.19, "val/fit_seconds": 11100.0, "val/fit_cpu_seconds": 11000.0},
+    ]
+    end = {"steps": 46000, "seconds": 11400.0, "cpu_seconds": 11300.0, "batch": 16, "weights": 1_900_000,
+           "final_cer": 0.185, "start_step": 36000, "start_seconds": 9000.0, "start_cpu_seconds": 9000.0}
+    _write_run(run, rows, end)
+
+    result = recipe_search.summarise(tmp_path, "FC")
+
+    assert [p["step"] for p in result["curve"]] == [40000, 45000, 46000]  # nothing from before the start
+    assert [p["seconds"] for p in result["curve"]] == [900.0, 2100.0, 2400.0]
+    assert result["seconds"] == 2400.0 and result["cpu_seconds"] == 2300.0
+    assert result["utterances_per_second_per_core"] == pytest.approx(10000 * 16 / 2400, abs=0.05)
+    assert result["final_cer"] == 0.185
+
+
+def test_a_stage_two_run_records_its_start_and_a_first_stage_run_does_not(tmp_path):
+    start = tmp_path / "start.ckpt"
+    torch.save({"global_step": 36000, "fit_seconds": 9000.0, "fit_cpu_seconds": 8900.0}, start)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"global_step": 46000, "fit_seconds": 11400.0, "fit_cpu_seconds": 11300.0,
+                "datamodule_hyper_parameters": {"batch_size": 16}, "state_dict": {"w": torch.zeros(3, 2)}},
+               run / "checkpoints" / "last.ckpt")
+    with (run / "metrics.csv").open("w", newline="") as file:
+        csv.DictWriter(file, FIELDS).writeheader()
+        csv.DictWriter(file, FIELDS).writerow({"step": 46000, "val/cer": 0.185})
+
+    assert "start_step" not in recipe_search.record_end(run)
+    end = recipe_search.record_end(run, start)
+    assert (end["start_step"], end["start_seconds"], end["start_cpu_seconds"]) == (36000, 9000.0, 8900.0)
+    assert (end["steps"], end["weights"], end["final_cer"]) == (46000, 6, 0.185)
+
+
+def test_stage_two_candidates_need_a_starting_checkpoint(capsys):
+    assert recipe_search.main(["--only", "FC"]) == 2
+    assert "need --from" in capsys.readouterr().err
+    assert recipe_search.main(["--only", "FC", "--from", "no/such.ckpt"]) == 2
+    assert "no/such.ckpt: no such checkpoint" in capsys.readouterr().err
