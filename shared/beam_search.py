@@ -19,6 +19,9 @@ continue. A sequence is done when it has ``K`` finished hypotheses or reaches it
 length; if none ever finished, its best unfinished hypothesis is returned. With ``K = 1`` this is
 exactly greedy decoding.
 
+Tokens in ``never`` (a vocabulary's ``<pad>`` and ``<sos>``, which no output holds) are never
+chosen: their log-probability is -inf at every step, so no hypothesis spends a step on them.
+
 With ``max_repeats = R``, a hypothesis whose last ``R`` tokens are one token repeated may only
 end: its next token is ``<eos>`` (at its own probability), so a model that loops ("big big big
 ...") stops there instead of filling ``max_len``, and a looping beam falls behind the others.
@@ -138,13 +141,14 @@ class _BeamSearch:
 
     def __init__(self, step_fn: StepFn, state: Any, memory: Any, batch_size: int, beam_size: int, sos: int, eos: int,
                  limits: list[int], length_penalty: float, keep_attention: bool, must_end: bool,
-                 max_repeats: int | None = None):
+                 max_repeats: int | None = None, never: tuple[int, ...] = ()):
         self.step_fn, self.state, self.memory = step_fn, state, memory
         self.K, self.eos, self.limits, self.length_penalty = beam_size, eos, limits, length_penalty
         self.must_end, self.max_repeats = must_end, max_repeats
         self.keep_attention = keep_attention
         first = _first_tensor(state) if _first_tensor(state) is not None else _first_tensor(memory)
         self.device = device = first.device if first is not None else torch.device("cpu")
+        self.never = torch.tensor(never, dtype=torch.long, device=device) if never else None  # tokens no hypothesis holds
         self.active = list(range(batch_size))  # the original index of each sequence still in the batch
         self.expanded = False  # whether state has K rows per sequence yet (one until the first step)
         self.memory_is_ours = False  # whether memory is our copy (after a compaction) rather than the caller's
@@ -209,6 +213,8 @@ class _BeamSearch:
         else:
             log_probs, self.state, attention = self.step_fn(self.tokens, self.state, self.memory)
         vocab = log_probs.size(-1)
+        if self.never is not None:
+            log_probs = log_probs.index_fill(1, self.never, float("-inf"))
         ending = None  # (N,): rows that may only end, <eos> keeping its own probability
         if self.must_end:  # a sequence's last step
             last = torch.tensor([self.limits[b] == step + 1 for b in self.active], device=self.device)  # (B',)
@@ -280,6 +286,7 @@ def beam_search(
     memory: Any = None,
     must_end: bool = False,
     max_repeats: int | None = None,
+    never: tuple[int, ...] = (),
 ) -> list[list[Hypothesis]]:
     """Decode ``batch_size`` sequences with ``beam_size`` beams each, in one batch.
 
@@ -305,6 +312,8 @@ def beam_search(
         max_repeats (int or None, optional): a hypothesis whose last ``max_repeats`` tokens
             are all one token may only end (``<eos>``); ``None`` lets tokens repeat without
             limit. At least 2. (Default: ``None``)
+        never (tuple of int, optional): tokens never chosen (``<pad>``, ``<sos>``); not ``eos``.
+            (Default: ``()``)
 
     Returns:
         list[list[Hypothesis]]: for each sequence, its best ``nbest`` hypotheses, best first.
@@ -313,15 +322,21 @@ def beam_search(
         raise ValueError(f"beam_size and batch_size must be >= 1, got {beam_size} and {batch_size}")
     if max_repeats is not None and max_repeats < 2:
         raise ValueError(f"max_repeats must be None or >= 2 (the tokens in a row that end a hypothesis), got {max_repeats}")
+    _check_never(never, eos)
     limits = _per_sequence_limit(max_len, batch_size)
     search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention, must_end,
-                         max_repeats)
+                         max_repeats, tuple(never))
     for step in range(max(limits)):
         if not search.retire(step):
             break
         search.compact()
         search.expand(step)
     return search.finish(nbest)
+
+
+def _check_never(never: tuple[int, ...], eos: int) -> None:
+    if eos in never:
+        raise ValueError(f"never must not hold the end token {eos}: every hypothesis needs a way to end")
 
 
 def _gather_attention(ended: list[_Ended], step_weights: list[torch.Tensor], parents: list[torch.Tensor]) -> None:
@@ -350,22 +365,27 @@ def _first_tensor(nest: Any) -> torch.Tensor | None:
 @torch.no_grad()
 def greedy_search(
     step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: int, max_len: int, memory: Any = None,
-    max_repeats: int | None = None,
+    max_repeats: int | None = None, never: tuple[int, ...] = (),
 ) -> list[list[int]]:
     """Arg-max decoding, the reference that ``beam_search(beam_size=1)`` must equal.
 
-    ``memory``, when given, is passed to ``step_fn`` as its third argument, and ``max_repeats``
-    ends a sequence whose last ``max_repeats`` tokens are one token, as in :func:`beam_search`.
+    ``memory``, when given, is passed to ``step_fn`` as its third argument; ``max_repeats`` ends a
+    sequence whose last ``max_repeats`` tokens are one token and ``never`` lists tokens never
+    chosen, as in :func:`beam_search`.
 
     Returns:
         list[list[int]]: tokens of each sequence, without ``<sos>``/``<eos>``.
     """
+    _check_never(never, eos)
     device = _first_tensor(state).device if _first_tensor(state) is not None else torch.device("cpu")
+    never_ids = torch.tensor(never, dtype=torch.long, device=device) if never else None
     tokens = torch.full((batch_size,), sos, dtype=torch.long, device=device)
     outputs: list[list[int]] = [[] for _ in range(batch_size)]
     alive = [True] * batch_size
     for _ in range(max_len):
         log_probs, state, _ = step_fn(tokens, state) if memory is None else step_fn(tokens, state, memory)
+        if never_ids is not None:
+            log_probs = log_probs.index_fill(1, never_ids, float("-inf"))
         tokens = log_probs.argmax(-1)
         for b, token in enumerate(tokens.tolist()):
             if alive[b]:

@@ -27,11 +27,11 @@ def random_model(batch: int, max_len: int, seed: int, eos_bias: float = 0.0):
     return table, step_fn, initial_state
 
 
-def exhaustive_best(table, sequence: int, max_len: int):
-    """Best finished sequence (ending in <eos> within max_len steps) by total log-probability."""
+def exhaustive_best(table, sequence: int, max_len: int, never: tuple[int, ...] = ()):
+    """Best finished sequence (ending in <eos> within max_len steps, no token of ``never``) by total log-probability."""
     best = (float("-inf"), None)
     for length in range(max_len):  # tokens before <eos>
-        for tokens in itertools.product([t for t in range(VOCAB) if t != EOS], repeat=length):
+        for tokens in itertools.product([t for t in range(VOCAB) if t != EOS and t not in never], repeat=length):
             last, score = SOS, 0.0
             for step, token in enumerate((*tokens, EOS)):
                 score += float(table[sequence, step, last, token])
@@ -192,3 +192,27 @@ def test_must_end_allows_only_eos_at_each_sequence_s_last_step():
     for hyps, n in zip(ended, limits.tolist()):
         assert hyps[0].finished and len(hyps[0].tokens) == n - 1  # n - 1 tokens, then the forced <eos>
         assert hyps[0].attention.shape[0] == n - 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tokens_that_are_never_chosen_appear_in_no_hypothesis_and_the_search_is_exact_without_them(seed):
+    max_len, batch, never = 4, 3, (SOS, 1)  # as <sos> and <pad>: no output holds them
+    table, step_fn, state = random_model(batch, max_len, seed)
+    table[:, :, :, SOS] += 3.0  # tempting: without the ban some best outputs would hold <sos>
+    wide = beam_search(step_fn, state, batch, beam_size=200, sos=SOS, eos=EOS, max_len=max_len, nbest=20, never=never)
+    for b in range(batch):
+        score, tokens = exhaustive_best(table, b, max_len, never)
+        assert wide[b][0].tokens == tokens and wide[b][0].score == pytest.approx(score, abs=1e-5)
+        assert all(not set(h.tokens) & set(never) for h in wide[b])
+    assert any(SOS in exhaustive_best(table, b, max_len)[1] for b in range(batch))  # the ban changed something
+    beams = beam_search(step_fn, state, batch, beam_size=1, sos=SOS, eos=EOS, max_len=max_len, never=never)
+    greedy = greedy_search(step_fn, state, batch, sos=SOS, eos=EOS, max_len=max_len, never=never)
+    assert [h[0].tokens for h in beams] == greedy
+
+
+def test_the_end_token_cannot_be_banned():
+    _, step_fn, state = random_model(2, 4, seed=0)
+    with pytest.raises(ValueError, match="end token"):
+        beam_search(step_fn, state, 2, beam_size=2, sos=SOS, eos=EOS, max_len=4, never=(EOS,))
+    with pytest.raises(ValueError, match="end token"):
+        greedy_search(step_fn, state, 2, sos=SOS, eos=EOS, max_len=4, never=(EOS,))

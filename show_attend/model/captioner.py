@@ -149,8 +149,9 @@ class Captioner(nn.Module):
         beam_size = beam_size or self.config.beam_size
         max_length = max_length or self.config.max_decode_length
         memory, state = self.decoder.start(features)  # one memory row serves the K beams of an image
+        vocabulary = self.vocabulary
         return beam_search(
-            self.decoder.step, state, features.size(0), beam_size, self.vocabulary.sos_id, self.vocabulary.eos_id,
+            self.decoder.step, state, features.size(0), beam_size, vocabulary.sos_id, vocabulary.eos_id,
             max_length + 1, length_penalty=self.config.length_penalty, nbest=nbest, memory=memory, must_end=True,
-            max_repeats=self.config.max_repeats,
+            max_repeats=self.config.max_repeats, never=(vocabulary.pad_id, vocabulary.sos_id),
         )  # max_length words, then a step that can only end the caption

@@ -185,11 +185,8 @@ class CaptionerModule(AttendModule):
         self.log(f"{stage}/token_nll", logs["token_nll"], batch_size=batch["batch_size"], sync_dist=True)
         records = []
         item_losses = logs["item_loss"].tolist()
-        vocabulary = self.model.vocabulary
         for i, hyp in enumerate(self.model.generate(features)):  # the metrics see decoded captions only
-            tokens = vocabulary.decode(hyp.tokens)
-            # the words decode keeps (an untrained model may write <pad> or <sos>), each with its own map
-            kept = [t for t, token in enumerate(hyp.tokens) if token not in (vocabulary.pad_id, vocabulary.sos_id)][: len(tokens)]
+            tokens = self.model.vocabulary.decode(hyp.tokens)
             records.append({
                 "key": batch["keys"][i],
                 "loss": item_losses[i],
@@ -199,7 +196,7 @@ class CaptionerModule(AttendModule):
                 "objects": batch["objects"][i],
                 "size": batch["sizes"][i],
                 "attention": None if self.model.decoder.config.attention == "none" or hyp.attention is None
-                else hyp.attention[kept].view(-1, *self.model.grid).cpu(),  # no pointing for the fixed-vector decoder
+                else hyp.attention.view(-1, *self.model.grid).cpu(),  # no pointing for the fixed-vector decoder
             })
         self.add_evaluation(stage, records, loss)
 
