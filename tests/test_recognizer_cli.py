@@ -49,6 +49,22 @@ def test_test_writes_metrics_json(trained):
     assert {"wer", "cer", "items"} <= set(metrics) and metrics["items"] == 2
 
 
+def test_model_options_on_the_command_line_replace_the_checkpoint_s_settings(trained, caplog):
+    saved = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)["hyper_parameters"]
+    out = trained["root"] / "fine_tune"
+    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]),
+                 "--trainer.default_root_dir", str(out), "--trainer.max_steps", "4", "--ckpt_path", str(trained["ckpt"]),
+                 "--model.features.freq_masks", "1", f"--model.features.time_masks={saved['features']['time_masks'] + 1}"])
+    assert code == 0
+    tuned = torch.load(next(out.rglob("last.ckpt")), map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert saved["features"]["freq_masks"] != 1
+    assert tuned["features"]["freq_masks"] == 1 and tuned["features"]["time_masks"] == saved["features"]["time_masks"] + 1
+    assert {k: v for k, v in tuned["features"].items() if not k.endswith("masks")} == \
+        {k: v for k, v in saved["features"].items() if not k.endswith("masks")}  # the rest is the checkpoint's
+    assert tuned["las"] == saved["las"] and tuned["vocabulary"] == saved["vocabulary"]
+    assert "--model.features.freq_masks 1: replaces the checkpoint's" in caplog.text
+
+
 def _test_files(corpus: Path) -> list[str]:
     return sorted(str(p) for p in (corpus / "test").rglob("*.flac"))
 

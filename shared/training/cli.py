@@ -11,7 +11,10 @@ its data module to its model:
   ``test_metrics.json``, ``skipped_samples.log``); ``test`` and a resumed ``fit`` write into
   the run whose checkpoint they read;
 * ``--ckpt_path last`` / ``best`` resolved to the newest run's file, and any checkpoint checked
-  (it must load without pickled code) before Lightning reads it;
+  (it must load without pickled code) before Lightning reads it; the checkpoint's model settings
+  replace the config file's, and ``--model.*`` options on the command line replace the
+  checkpoint's (Lightning alone lets the checkpoint win silently: a fine-tune with
+  ``--model.features.freq_masks 2`` would train without the masks);
 * the callbacks: :class:`~shared.training.checkpoints.RunCheckpoints` (config key
   ``checkpoint``), :class:`~shared.training.guards.SkipBadSamples` (``bad_samples``),
   :class:`~shared.training.guards.StopOnNonFinite` and :class:`~shared.training.resume.ExactResume`;
@@ -69,6 +72,7 @@ class AttendCLI(LightningCLI):
         defaults = dict(trainer_defaults or {})
         defaults["callbacks"] = [StopOnNonFinite(), ExactResume(), *defaults.get("callbacks", [])]
         defaults.setdefault("enable_checkpointing", False)  # RunCheckpoints writes them; Lightning's own would add copies
+        self._model_options = _model_options(args)  # read while Lightning parses, in _parse_ckpt_path
         super().__init__(
             model_class, datamodule_class, args=args, trainer_defaults=defaults, seed_everything_default=0,
             save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, **kwargs,
@@ -106,7 +110,13 @@ class AttendCLI(LightningCLI):
             if not Path(ckpt_path).is_file():
                 raise CheckpointError(f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit, or last or best)")
             safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
+        given = {key: config.model[key] for key in self._model_options if ckpt_path and key in config.model}
         super()._parse_ckpt_path()
+        model = self._subcommand_config().model if given else None  # the config now holds the checkpoint's settings
+        for key, value in given.items():
+            if model[key] != value:
+                rank_zero_info(f"--model.{key} {value}: replaces the checkpoint's {model[key]}")
+                model[key] = value
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_config()
@@ -126,6 +136,12 @@ class AttendCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any):
         plugins = self.config_init[self.subcommand].trainer.get("plugins")
         return super().instantiate_trainer(plugins=with_atomic_checkpoints(plugins), **kwargs)
+
+
+def _model_options(args: list[str]) -> list[str]:
+    """The model settings named on the command line: ``--model.features.freq_masks 2`` -> ``features.freq_masks``."""
+    prefix = "--model."
+    return [token[len(prefix):].split("=", 1)[0] for token in args if token.startswith(prefix) and len(token) > len(prefix)]
 
 
 def run_lightning(cli_class: type[AttendCLI], model_class: type, datamodule_class: type, args: list[str], **kwargs: Any) -> None:
