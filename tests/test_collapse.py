@@ -213,6 +213,9 @@ def test_the_captioner_ends_a_caption_that_repeats_one_word():
     model = _tiny_captioner(["a", "big", "red", "circle"], max_decode_length=40)
     big = model.vocabulary.encode(["big"])[0]
     model.decoder.step = _favour(model.decoder.step, big)
+    # Every caption pays for one <eos>, so the empty one ties with "big big big big" on total
+    # log-probability; ranked per word, the loop's end wins, as a loop ranks in a real search.
+    model.config = replace(model.config, length_penalty=1.0)
     features = torch.randn(2, 16, model.encoder.feature_dim)
     captions = [model.vocabulary.decode(h.tokens) for h in model.generate(features)]
     assert captions == [["big"] * model.config.max_repeats] * 2  # "big big big big", not 40 words
