@@ -432,3 +432,11 @@ def test_a_training_into_a_nearly_full_file_system_stops_in_one_line_keeping_the
     config = _caption_config(tmp_path / "c.yaml", tiny_shapes, small_disk, max_steps=9, callbacks=[fill])
     code = caption_main(["fit", "--config", str(config)])
     _assert_stopped_by_a_full_disk(code, capsys.readouterr().err, small_disk / "version_0")
+
+
+def test_exported_files_get_a_plain_file_s_permissions_not_the_writers_own(tmp_path):
+    out = export_folder(tmp_path / "model", APP, {"w": torch.zeros(2, 3)}, {"size": 3})
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("model.safetensors", "config.json"):  # safetensors writes its file 0600 of its own
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name

@@ -140,8 +140,9 @@ def replacing(path: str | Path, what: str) -> Iterator[Path]:
         os.close(descriptor)
     temporary = Path(name)
     try:
-        os.chmod(temporary, 0o666 & ~_UMASK)  # the permissions of a plain open(), not mkstemp's 0600
         yield temporary
+        # the permissions of a plain open(): not mkstemp's 0600, nor a writer's own (safetensors' 0600)
+        os.chmod(temporary, 0o666 & ~_UMASK)
         descriptor = os.open(temporary, os.O_RDONLY)
         try:
             os.fsync(descriptor)
