@@ -69,6 +69,9 @@ STAGE_TWO: dict[str, tuple[str, list[str]]] = {
 STAGE_TWO["FS"] = ("FC and SpecAugment (2 masks of up to 15 mel bands, 2 of up to 40 frames)", [
     *STAGE_TWO["FC"][1], "--model.features.freq_masks", "2", "--model.features.freq_mask_width", "15",
     "--model.features.time_masks", "2"])
+STAGE_TWO["FQ"] = ("FC and quiet files: gain in 60% of the draws (not 50%) down to -56 dB, 12-16-bit rounding in 50% (not 8-16 in 30%)", [
+    *STAGE_TWO["FC"][1], "--data.augment.gain_prob", "0.6", "--data.augment.gain_db", "[-56,6]",
+    "--data.augment.quantize_prob", "0.5", "--data.augment.quantize_bits", "[12,16]"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 
