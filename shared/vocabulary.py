@@ -30,6 +30,7 @@ class Vocabulary:
         self.itos: list[str] = list(SPECIALS) + list(tokens)
         self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
         self.pad_id, self.sos_id, self.eos_id, self.unk_id = (self.stoi[s] for s in SPECIALS)
+        self.never_written = (self.pad_id, self.sos_id)  # in no output: decode drops them, a search never chooses them
 
     @classmethod
     def build(cls, sequences: Iterable[Iterable[str]], min_freq: int = 1, max_size: int | None = None) -> "Vocabulary":
@@ -71,7 +72,7 @@ class Vocabulary:
             if strip_specials:
                 if i == self.eos_id:
                     break
-                if i in (self.pad_id, self.sos_id):
+                if i in self.never_written:
                     continue
             out.append(self.itos[i] if 0 <= i < len(self.itos) else UNK)
         return out

@@ -217,7 +217,7 @@ def test_beam_search_with_one_beam_equals_greedy_decoding():
     greedy = greedy_search(lambda t, s: model.speller.step(t, s, memory), state,
                            3, vocab.sos_id, vocab.eos_id, max_len=int((lengths.max() * 3.0).ceil()) + 1,
                            max_repeats=DecodeConfig().max_repeats,  # an untrained speller loops: both stop it alike
-                           never=(vocab.pad_id, vocab.sos_id))  # and writes <sos>: neither chooses it
+                           never=vocab.never_written)  # and writes <sos>: neither chooses it
     limits = (lengths * 3.0).ceil().long() + 1
     for hyp, tokens, limit in zip(hyps, greedy, limits.tolist()):
         assert hyp.tokens == tokens[:limit]

@@ -153,5 +153,5 @@ class Captioner(nn.Module):
         return beam_search(
             self.decoder.step, state, features.size(0), beam_size, vocabulary.sos_id, vocabulary.eos_id,
             max_length + 1, length_penalty=self.config.length_penalty, nbest=nbest, memory=memory, must_end=True,
-            max_repeats=self.config.max_repeats, never=(vocabulary.pad_id, vocabulary.sos_id),
+            max_repeats=self.config.max_repeats, never=vocabulary.never_written,
         )  # max_length words, then a step that can only end the caption

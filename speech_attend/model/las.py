@@ -282,7 +282,7 @@ class LAS(nn.Module):
             results = beam_search(
                 scorers.step, scorers.initial_state(), batch, beam, sos, eos, max_len,
                 length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
-                max_repeats=config.max_repeats, never=(self.vocabulary.pad_id, sos),
+                max_repeats=config.max_repeats, never=self.vocabulary.never_written,
             )
         if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
             log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)
