@@ -5,7 +5,7 @@
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0]
-    speech-attend fit-lm --text-from wordnet|FILE.txt --vocabulary-from CKPT_OR_FOLDER --out DIR [--minutes 10] [--hidden 512]
+    speech-attend fit-lm --text-from wordnet|wordnet+definitions|FILE.txt --vocabulary-from CKPT_OR_FOLDER --out DIR [--minutes 10] [--hidden 512]
     speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
 ``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` (run layout,
@@ -206,7 +206,8 @@ def _export(argv: list[str]) -> int:
 
 def _fit_lm(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} fit-lm", description="Train a character language model for the speller, on text only.")
-    parser.add_argument("--text-from", required=True, help="wordnet (its training sentences, never dev or test) or a UTF-8 text file, one sentence a line")
+    parser.add_argument("--text-from", required=True, help="wordnet (its training sentences, never dev or test), wordnet+definitions (and its definitions, "
+                        "but those of the dev and test sentences) or a UTF-8 text file, one sentence a line")
     parser.add_argument("--vocabulary-from", required=True,
                         help="the recognizer whose characters it predicts: a .ckpt, an exported folder, or the corpus folder it trains on")
     parser.add_argument("--out", required=True, help="output folder for lm.safetensors and lm.json")

@@ -15,7 +15,8 @@ from shared.training.model_files import export_folder
 from speech_attend.cli import main as speech_attend
 from speech_attend.model.features import FeatureConfig
 from speech_attend.model.lm import LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer, load_lm, save_lm
-from speech_attend.train.lm import fit_lm, lm_sentences, perplexity, wordnet_lm_splits
+from speech_attend.builtin.wordnet_sentences import wordnet_definitions
+from speech_attend.train.lm import EXAMPLE_REPEATS, fit_lm, lm_sentences, perplexity, wordnet_lm_splits
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig
 from speech_attend.infer.transcribe import APP, Transcriber
 
@@ -141,6 +142,39 @@ def test_wordnet_training_text_holds_no_dev_or_test_sentence():
     train = lm_sentences("wordnet", vocabulary)
     assert len(train) == len(splits["train"])
     assert not set(train) & (set(splits["dev"]) | set(splits["test"]))
+
+
+def test_wordnet_definitions_leave_out_the_held_out_sentences_synsets(tmp_path):
+    # Three synsets in the database's own line format: offset, lexicographer fields, then " | " and the gloss.
+    lines = [
+        "  1 This software and database is being provided to you, the LICENSEE, by Princeton University\n",
+        '00001740 03 n 01 closet 0 000 | a small room for storing clothes; a cupboard; "she hung her coat in the closet"\n',
+        '00002137 03 n 01 meadow 0 000 | a field of grass kept for hay; "the cows grazed in the meadow"\n',
+        '00002452 03 v 01 run 0 000 | move fast on foot; "he ran to the station"\n',
+    ]
+    for name in ("data.noun", "data.verb", "data.adj", "data.adv"):
+        (tmp_path / name).write_text("".join(lines) if name == "data.noun" else "", encoding="latin-1")
+    held_out = {"the cows grazed in the meadow"}  # a dev sentence: its synset's definition stays out too
+    definitions = wordnet_definitions(held_out, tmp_path)
+    assert definitions == ["a small room for storing clothes", "move fast on foot"]  # "a cupboard" has 2 words
+
+
+def test_wordnet_with_definitions_is_the_examples_repeated_and_the_definitions(monkeypatch):
+    from speech_attend.builtin import wordnet_sentences
+    from speech_attend.train import lm as lm_training
+
+    splits = {"train": ["the dog ran home", "we ate the soup"], "dev": ["a dev sentence here"], "test": ["a test sentence here"]}
+    seen = {}
+
+    def definitions(held_out):
+        seen["held_out"] = held_out
+        return ["a small room for storing clothes"]
+
+    monkeypatch.setattr(lm_training, "wordnet_lm_splits", lambda: splits)
+    monkeypatch.setattr(wordnet_sentences, "wordnet_definitions", definitions)
+    text = lm_sentences("wordnet+definitions", _vocabulary())
+    assert text == splits["train"] * EXAMPLE_REPEATS + ["a small room for storing clothes"]
+    assert seen["held_out"] == {"a dev sentence here", "a test sentence here"}  # the definitions leave these out
 
 
 # ----------------------------------------------------------------------------- shallow fusion

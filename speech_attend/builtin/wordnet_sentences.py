@@ -26,6 +26,12 @@ From example to sentence (:func:`load_sentences`):
    engines read them differently), and at most ``MAX_CHARACTERS`` characters (about 10 s spoken).
 5. Duplicates after normalisation are merged; the result is sorted.
 
+The definitions themselves (:func:`wordnet_definitions`, about 6 M characters: four times the
+examples' text) are text for the language model only, never spoken in the corpus. Each clause of
+a definition (``"a small room; a closet"``) becomes a sentence by the same steps; a synset any of
+whose examples is a dev or test sentence gives none, so the held-out sentences' definitions stay
+out of training as the sentences do.
+
 Splits (:func:`split_sentences`) are by sentence: each distinct sentence goes to train, dev or
 test by a hash of its text, so the three never share a sentence, a sentence keeps its split
 whatever else is in the list, and the assignment depends only on ``salt``.
@@ -48,6 +54,7 @@ __all__ = [
     "TextSourceMissing",
     "wordnet_folder",
     "wordnet_examples",
+    "wordnet_definitions",
     "sentence_from_example",
     "load_sentences",
     "split_sentences",
@@ -114,6 +121,32 @@ def wordnet_examples(folder: str | Path | None = None) -> list[str]:
                 if bar:
                     examples += _EXAMPLE.findall(gloss)
     return examples
+
+
+def wordnet_definitions(held_out: set[str], folder: str | Path | None = None) -> list[str]:
+    """The definitions' clauses as sentences, distinct and sorted, none of them in ``held_out``.
+
+    Args:
+        held_out (set of str): dev and test sentences; a synset whose examples hold one gives no
+            definition.
+        folder (str, Path or None, optional): the database folder, as :func:`wordnet_examples`.
+
+    Returns:
+        list of str: normalised sentences (steps 1-4 above).
+    """
+    folder = wordnet_folder() if folder is None else Path(folder)
+    definitions = set()
+    for name in _DATA_FILES:
+        with open(folder / name, encoding="latin-1") as f:
+            for line in f:
+                _, bar, gloss = line.partition(" | ")
+                if line.startswith("  ") or not bar:
+                    continue
+                if any(sentence_from_example(e) in held_out for e in _EXAMPLE.findall(gloss)):
+                    continue
+                definitions.update(sentence_from_example(clause.strip()) for clause in _EXAMPLE.sub("", gloss).split(";"))
+    definitions.discard(None)
+    return sorted(definitions - held_out)
 
 
 def sentence_from_example(example: str) -> str | None:

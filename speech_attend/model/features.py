@@ -1,9 +1,20 @@
-"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel -> global normalisation -> SpecAugment.
+"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel over a noise floor -> global normalisation -> SpecAugment.
 
 Recordings come with a constant offset (cheap sound cards, some phones) and at any level (a
 microphone's gain set too low). Before the log-mel, each utterance loses its mean (DC) and is
 scaled so that its speech level (the 95th percentile of its 10 ms frame power) sits at
 ``level_dbfs``: the features of a clip are then the same at any gain and any offset.
+
+The level step also lifts a quiet file's own noise: a 16-bit file recorded 50 dB too low holds
+its rounding noise about 30 dB under the speech once the level is set, where a file recorded at
+a good level holds none that the log-mel sees. With ``noise_floor_dbfs`` each mel band's power
+gets the expected power of white noise at that level added (a deterministic dither, as Kaldi's
+``dither`` is a random one), so both files sit on the same floor:
+
+    log(P_m + sigma^2 * sum_n w_n^2 * sum_k F_km + 1e-6),   sigma^2 = 10^(noise_floor_dbfs / 10)
+
+with ``w`` the analysis window and ``F`` the mel filterbank (``E|X_k|^2 = sigma^2 sum_n w_n^2``
+for white noise of variance ``sigma^2``).
 
 The whole front end lives inside the model, so training, validation and ``transcribe`` share
 one code path, and the feature settings and the training-set statistics travel with every
@@ -54,6 +65,7 @@ class FeatureConfig:
     time_mask_ratio: float = 0.2  # a time mask covers at most this fraction of the utterance (p)
     remove_dc: bool = True  # subtract each utterance's mean sample (a constant offset) first
     level_dbfs: float | None = -20.0  # scale each utterance's speech level to this (None: keep the level)
+    noise_floor_dbfs: float | None = None  # white-noise power floor under the log-mel, after the level step (None: none)
 
     def __post_init__(self):
         if self.sample_rate <= 0 or self.n_mels <= 0 or self.win_ms <= 0 or self.hop_ms <= 0:
@@ -62,6 +74,8 @@ class FeatureConfig:
             raise ValueError(f"time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}")
         if self.level_dbfs is not None and not -60.0 <= self.level_dbfs <= 0.0:
             raise ValueError(f"level_dbfs must be in [-60, 0] dBFS or None, got {self.level_dbfs}")
+        if self.noise_floor_dbfs is not None and not -120.0 <= self.noise_floor_dbfs <= 0.0:
+            raise ValueError(f"noise_floor_dbfs must be in [-120, 0] dBFS or None, got {self.noise_floor_dbfs}")
 
     @classmethod
     def from_saved(cls, saved: dict | None) -> "FeatureConfig":
@@ -138,6 +152,17 @@ class LogMel(nn.Module):
             config.sample_rate, n_fft=self.win, win_length=self.win, hop_length=self.hop,
             n_mels=config.n_mels, center=False, power=2.0,
         )
+        # The floor follows from the settings, so it is not saved (state dicts stay as they were).
+        self.register_buffer("floor", self.white_noise_power(config), persistent=False)
+
+    def white_noise_power(self, config: FeatureConfig) -> torch.Tensor:
+        """Each mel band's expected power for white noise at ``config.noise_floor_dbfs``, `(n_mels,)`;
+        zeros without a floor."""
+        if config.noise_floor_dbfs is None:
+            return torch.zeros(config.n_mels)
+        variance = 10 ** (config.noise_floor_dbfs / 10)
+        window_energy = self.mel.spectrogram.window.square().sum()
+        return variance * window_energy * self.mel.mel_scale.fb.sum(0)  # fb: (n_freqs, n_mels)
 
     def num_frames(self, num_samples: torch.Tensor) -> torch.Tensor:
         """Frames for each waveform length `(B,)`; 0 for waveforms shorter than one window."""
@@ -159,7 +184,7 @@ class LogMel(nn.Module):
             waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
         with torch.autocast(waveforms.device.type, enabled=False):  # the FFT wants float32
             power = self.mel(waveforms.float())  # (B, n_mels, T)
-        features = torch.log(power + 1e-6).transpose(1, 2)  # (B, T, n_mels)
+        features = torch.log(power + self.floor[:, None] + 1e-6).transpose(1, 2)  # (B, T, n_mels)
         frames = self.num_frames(lengths)
         features = features.masked_fill(~lengths_to_mask(frames, features.size(1)).unsqueeze(-1), 0.0)
         # One check covers NaN and infinite samples and a power that overflows float32: the file

@@ -40,24 +40,38 @@ def wordnet_lm_splits() -> dict[str, list[str]]:
     return split_sentences(load_sentences())
 
 
+# The examples are the kind of sentence people say to the recognizer; the definitions, four times
+# their text, would drown them, so in ``wordnet+definitions`` each example counts this often.
+EXAMPLE_REPEATS = 2
+TEXT_SOURCES = ("wordnet", "wordnet+definitions")
+
+
 def lm_sentences(source: str, vocabulary: Vocabulary) -> list[str]:
     """Training sentences for the language model.
 
     Args:
-        source (str): ``wordnet`` (the WordNet *training* sentences; never dev or test) or a
-            UTF-8 text file, one sentence per line, normalised like the transcripts
+        source (str): ``wordnet`` (the WordNet *training* sentences; never dev or test),
+            ``wordnet+definitions`` (those, each ``EXAMPLE_REPEATS`` times, and WordNet's
+            definitions but those of the dev and test sentences' synsets:
+            :func:`speech_attend.builtin.wordnet_sentences.wordnet_definitions`) or a UTF-8 text
+            file, one sentence per line, normalised like the transcripts
             (:func:`speech_attend.data.text.normalize_text`).
         vocabulary (Vocabulary): characters outside it are dropped.
 
     Raises:
         ValueError: the file is missing, unreadable, or holds no sentence.
     """
-    if source == "wordnet":
-        texts = wordnet_lm_splits()["train"]
+    if source in TEXT_SOURCES:
+        splits = wordnet_lm_splits()
+        texts = splits["train"]
+        if source == "wordnet+definitions":
+            from speech_attend.builtin.wordnet_sentences import wordnet_definitions
+
+            texts = texts * EXAMPLE_REPEATS + wordnet_definitions(set(splits["dev"]) | set(splits["test"]))
     else:
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: text file not found (--text-from expects wordnet or a .txt file, one sentence a line)")
+            raise FileNotFoundError(f"{path}: text file not found (--text-from expects wordnet, wordnet+definitions or a .txt file, one sentence a line)")
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as err:
@@ -247,7 +261,7 @@ def train_lm(
 
     Args:
         out_dir (str or PathLike): output folder (created; files there are replaced).
-        text_from (str): ``wordnet`` (its training sentences) or a text file (:func:`lm_sentences`).
+        text_from (str): ``wordnet`` (its training sentences), ``wordnet+definitions`` or a text file (:func:`lm_sentences`).
         vocabulary_source (str or PathLike): a ``.ckpt``, an exported folder or a corpus folder (:func:`vocabulary_from`).
         config (LMConfig, optional): architecture.
         seconds, max_steps, batch_size, lr, seed, progress, device: see :func:`fit_lm`.
@@ -268,7 +282,7 @@ def train_lm(
         raise ValueError(f"--minutes must be positive and --max-steps at least 1, got {seconds / 60:g} and {max_steps}")
     vocabulary = vocabulary_from(vocabulary_source)
     sentences = lm_sentences(text_from, vocabulary)
-    record: dict[str, Any] = {"text_source": text_from if text_from == "wordnet" else str(Path(text_from).resolve()),
+    record: dict[str, Any] = {"text_source": text_from if text_from in TEXT_SOURCES else str(Path(text_from).resolve()),
                               "sentences": len(sentences), "characters": sum(len(s) + 1 for s in sentences)}
     dev: list[str] = []
     if dev_from == "wordnet":
