@@ -72,7 +72,7 @@ STAGE_TWO["FS"] = ("FC and SpecAugment (2 masks of up to 15 mel bands, 2 of up t
 STAGE_TWO["FQ"] = ("FC and quiet files: gain in 60% of the draws (not 50%) down to -56 dB, 12-16-bit rounding in 50% (not 8-16 in 30%)", [
     *STAGE_TWO["FC"][1], "--data.augment.gain_prob", "0.6", "--data.augment.gain_db", "[-56,6]",
     "--data.augment.quantize_prob", "0.5", "--data.augment.quantize_bits", "[12,16]"])
-for _floor in (-50, -45):  # the -50 dB recordings: a front end whose noise floor hides 16-bit rounding
+for _floor in (-60, -50, -45):  # the -50 dB recordings: a front end whose noise floor hides 16-bit rounding
     STAGE_TWO[f"FN{-_floor}"] = (f"FQ and a noise floor at {_floor} dBFS under the log-mel (features.noise_floor_dbfs)", [
         *STAGE_TWO["FQ"][1], "--model.features.noise_floor_dbfs", str(_floor)])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
