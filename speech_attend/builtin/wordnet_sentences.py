@@ -100,6 +100,18 @@ def wordnet_folder() -> Path:
     )
 
 
+def _glosses(folder: Path):
+    """Each synset's gloss (definition and quoted examples), in file order."""
+    for name in _DATA_FILES:
+        with open(folder / name, encoding="latin-1") as f:  # WordNet 3.0 is plain ASCII
+            for line in f:
+                if line.startswith("  "):  # the licence header
+                    continue
+                _, bar, gloss = line.partition(" | ")
+                if bar:
+                    yield gloss
+
+
 def wordnet_examples(folder: str | Path | None = None) -> list[str]:
     """Every usage example of the WordNet database, in file order, as written.
 
@@ -111,16 +123,7 @@ def wordnet_examples(folder: str | Path | None = None) -> list[str]:
         list of str: the text between double quotes in each synset's gloss.
     """
     folder = wordnet_folder() if folder is None else Path(folder)
-    examples = []
-    for name in _DATA_FILES:
-        with open(folder / name, encoding="latin-1") as f:  # WordNet 3.0 is plain ASCII
-            for line in f:
-                if line.startswith("  "):  # the licence header
-                    continue
-                _, bar, gloss = line.partition(" | ")
-                if bar:
-                    examples += _EXAMPLE.findall(gloss)
-    return examples
+    return [example for gloss in _glosses(folder) for example in _EXAMPLE.findall(gloss)]
 
 
 def wordnet_definitions(held_out: set[str], folder: str | Path | None = None) -> list[str]:
@@ -136,15 +139,10 @@ def wordnet_definitions(held_out: set[str], folder: str | Path | None = None) ->
     """
     folder = wordnet_folder() if folder is None else Path(folder)
     definitions = set()
-    for name in _DATA_FILES:
-        with open(folder / name, encoding="latin-1") as f:
-            for line in f:
-                _, bar, gloss = line.partition(" | ")
-                if line.startswith("  ") or not bar:
-                    continue
-                if any(sentence_from_example(e) in held_out for e in _EXAMPLE.findall(gloss)):
-                    continue
-                definitions.update(sentence_from_example(clause.strip()) for clause in _EXAMPLE.sub("", gloss).split(";"))
+    for gloss in _glosses(folder):
+        if any(sentence_from_example(e) in held_out for e in _EXAMPLE.findall(gloss)):
+            continue
+        definitions.update(sentence_from_example(clause.strip()) for clause in _EXAMPLE.sub("", gloss).split(";"))
     definitions.discard(None)
     return sorted(definitions - held_out)
 
