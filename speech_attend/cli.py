@@ -4,7 +4,7 @@
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
-    speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0]
+    speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8]
     speech-attend fit-lm --text-from wordnet|wordnet+definitions|FILE.txt --vocabulary-from CKPT_OR_FOLDER --out DIR [--minutes 10] [--hidden 512]
     speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
@@ -196,10 +196,12 @@ def _export(argv: list[str]) -> int:
     parser.add_argument("--lm-weight", type=float, default=None,
                         help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)")
     parser.add_argument("--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams, saved as transcribe's default (default: the checkpoint's)")
     args = parser.parse_args(argv)
     from speech_attend.infer.transcribe import export_model
 
-    out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
+    out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus,
+                       beam_size=args.beam_size)
     print(f"exported {args.ckpt} to {out}" + (f" with the language model {args.lm}" if args.lm else ""))
     return 0
 

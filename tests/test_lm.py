@@ -349,6 +349,19 @@ def test_lm_weight_outside_0_to_2_is_a_one_line_error(files, capsys, weight):
     assert "--lm-weight must be in [0, 2]" in err
 
 
+def test_export_saves_the_beam_size_as_transcribes_default(files, tmp_path, capsys):
+    out = tmp_path / "wide"
+    assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--lm", str(files["lm"]),
+                          "--beam-size", "5"]) == 0
+    assert Transcriber(out).decoding.beam_size == 5
+    assert Transcriber(out, beam_size=2).decoding.beam_size == 2  # transcribe's --beam-size still wins
+    plain = tmp_path / "plain"
+    assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(plain)]) == 0
+    assert Transcriber(plain).decoding.beam_size == Transcriber(files["model"]).decoding.beam_size
+    err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), "--beam-size", "0"])
+    assert "--beam-size" in err and not (tmp_path / "x").exists()
+
+
 def test_lm_weight_without_any_lm_is_a_one_line_error(files, capsys):
     err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm-weight", "0.5", str(files["clip"])])
     assert "needs a language model" in err and str(files["model"]) in err

@@ -98,7 +98,7 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
 
 def export_model(
     ckpt: str | os.PathLike, out_dir: str | os.PathLike, lm: str | os.PathLike | None = None,
-    lm_weight: float | None = None, length_bonus: float | None = None,
+    lm_weight: float | None = None, length_bonus: float | None = None, beam_size: int | None = None,
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
     statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
@@ -107,6 +107,8 @@ def export_model(
     saved in the decoding settings.
 
     Args:
+        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
+            the checkpoint's.
         lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
             model, the saved weight for one that ``ckpt`` holds.
         length_bonus (float or None, optional): by default the saved one (0 unless set).
@@ -115,6 +117,7 @@ def export_model(
         CheckpointError: unreadable files, or a language model over other characters.
         ValueError: ``lm_weight`` outside [0, 2].
     """
+    Transcriber.check_settings(beam_size)
     model = load_recognizer(ckpt)
     vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
     if lm is None and has_lm(ckpt):
@@ -122,7 +125,9 @@ def export_model(
     elif lm is not None and lm_weight is None:
         lm_weight = DEFAULT_LM_WEIGHT
     language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
-    if language_model is not None:
+    if beam_size is not None:
+        decoding = replace(decoding, beam_size=beam_size)
+    if language_model is not None or beam_size is not None:
         hparams = {**hparams, "decoding": asdict(decoding)}
     out = export_folder(out_dir, APP, model.state_dict(), hparams)
     if language_model is not None:
