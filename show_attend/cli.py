@@ -3,7 +3,7 @@
     show-attend fit|validate|test --config configs/show_attend/shapes_soft.yaml [--data.data_dir DIR] ...
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
     show-attend caption --ckpt CKPT_OR_EXPORTED_DIR IMAGE_OR_FOLDER... [--beam-size 5] [--device cuda] [--overlay-dir DIR] [--html DIR] [--json]
-    show-attend export --ckpt CKPT --out DIR [--include-encoder]
+    show-attend export --ckpt CKPT --out DIR [--include-encoder] [--beam-size 5]
     show-attend explain --ckpt CKPT IMAGE... --out DIR [--pixels]
 
 ``fit``, ``validate`` and ``test`` go through :class:`shared.training.cli.AttendCLI` with the
@@ -187,10 +187,11 @@ def _export(args: list[str]) -> int:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--include-encoder", action="store_true",
                         help="also store a frozen pretrained encoder's weights (left out by default: the published file restores them)")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams, saved as caption's default (default: the checkpoint's)")
     options = parser.parse_args(args)
     from show_attend.infer.caption import export_model
 
-    print(f"exported to {export_model(options.ckpt, options.out, options.include_encoder)}")
+    print(f"exported to {export_model(options.ckpt, options.out, options.include_encoder, options.beam_size)}")
     return 0
 
 

@@ -19,7 +19,7 @@ from PIL import Image
 from shared import greedy_search
 from shared.training.bad_samples import BadSample
 from shared.training.model_files import export_folder, safe_torch_load
-from show_attend.infer.caption import APP, caption_images, load_captioner
+from show_attend.infer.caption import APP, Captioning, caption_images, load_captioner
 from show_attend.cli import EncoderToFeatureCache, main
 from show_attend.data.readers import DataError, read_karpathy
 from show_attend.data.dataset import collate
@@ -321,6 +321,15 @@ def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_traine
         assert line["caption"] == " ".join(line["tokens"])
         with Image.open(line["overlay"]) as overlay:
             assert overlay.format == "PNG" and overlay.width > 32
+
+
+def test_export_saves_the_beam_size_as_captions_default(caption_trained, tmp_path, capsys):
+    ckpt = caption_trained / "checkpoints" / "last.ckpt"
+    assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "wide"), "--beam-size", "7"]) == 0
+    assert Captioning.load(tmp_path / "wide").beam_size == 7
+    assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "x"), "--beam-size", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--beam-size must be >= 1" in err and len(err.splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
 def test_export_then_caption_from_the_folder_gives_the_same_caption(caption_trained, tiny_shapes, tmp_path):

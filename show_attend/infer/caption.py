@@ -313,7 +313,7 @@ def save_overlay(result: CaptionResult, path: str | Path) -> Path:
     return save_caption_grid(np.asarray(image), result.tokens, result.attention, path)
 
 
-def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = False) -> Path:
+def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = False, beam_size: int | None = None) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (hyper-parameters and vocabulary) to ``out_dir``.
 
     Args:
@@ -321,11 +321,15 @@ def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = 
         out_dir (str or Path): the folder to write.
         include_encoder (bool, optional): also store frozen pretrained encoder weights, which are
             otherwise left out (restored from the published file when loaded). (Default: ``False``)
+        beam_size (int or None, optional): beams, saved as ``caption``'s default; by default the
+            checkpoint's (as ``speech-attend export --beam-size``).
     """
+    Captioning.check_settings(beam_size)
     files = load_model_files(ckpt, APP)
     model = load_captioner(ckpt)
     state_dict = model.state_dict()
     omitted = None if include_encoder else files.omitted
     if omitted is not None:
         state_dict = {key: value for key, value in state_dict.items() if key not in set(omitted["keys"])}
-    return export_folder(out_dir, APP, state_dict, files.hyper_parameters, omitted)
+    hparams = files.hyper_parameters if beam_size is None else {**files.hyper_parameters, "beam_size": beam_size}
+    return export_folder(out_dir, APP, state_dict, hparams, omitted)
