@@ -107,15 +107,15 @@ def export_model(
     saved in the decoding settings.
 
     Args:
-        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
-            the checkpoint's.
         lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
             model, the saved weight for one that ``ckpt`` holds.
         length_bonus (float or None, optional): by default the saved one (0 unless set).
+        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
+            the checkpoint's.
 
     Raises:
         CheckpointError: unreadable files, or a language model over other characters.
-        ValueError: ``lm_weight`` outside [0, 2].
+        ValueError: ``lm_weight`` outside [0, 2], or ``beam_size`` under 1.
     """
     Transcriber.check_settings(beam_size)
     model = load_recognizer(ckpt)
