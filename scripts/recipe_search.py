@@ -19,6 +19,8 @@ time (``--trainer.max_time``); then ``validate`` scores each one's last checkpoi
   validation CER against wall time, its CER at the end and the slope of its last stretch;
 - ``OUT/search.png``: validation CER against wall time, a line per candidate.
 
+A candidate stopped by hand with SIGTERM (to free its core) is scored at the checkpoint it saved.
+
 The winner is the lowest CER at equal time, with the slope at the end as the tie-breaker: what a
 longer run of it would give, not what it gives per step. ``--plot-only`` rebuilds the JSON and the
 plot from runs already there.
@@ -113,6 +115,9 @@ def _train(out: Path, name: str, minutes: float, data: Path | None, start: Path 
 
 
 SEARCH_END = "search_end.json"  # where a candidate stood when its time ran out
+# A candidate stopped by SIGTERM (to free its core) saved its last checkpoint first: it is scored
+# there like the others, and its shorter time is in its record.
+STOPPED = 128 + 15
 
 
 def _validate(out: Path, name: str, data: Path | None, start: Path | None = None) -> None:
@@ -240,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"training {', '.join(pair)} for {args.minutes:g} minutes each", flush=True)
             running = [_train(args.out, name, args.minutes, args.data, args.start, args.max_steps) for name in pair]
             codes = [p.wait() for p in running]
-            if any(codes):
+            if any(code not in (0, STOPPED) for code in codes):
                 print(f"recipe_search: error: training {pair} exited {codes}; see {args.out}/<name>.log", file=sys.stderr)
                 return 1
             for name in pair:

@@ -67,3 +67,30 @@ def test_stage_two_candidates_need_a_starting_checkpoint(capsys):
     assert "need --from" in capsys.readouterr().err
     assert recipe_search.main(["--only", "FC", "--from", "no/such.ckpt"]) == 2
     assert "no/such.ckpt: no such checkpoint" in capsys.readouterr().err
+
+
+def test_a_candidate_stopped_by_sigterm_is_scored_and_a_failed_one_stops_the_search(tmp_path, monkeypatch, capsys):
+    start = tmp_path / "start.ckpt"
+    torch.save({"global_step": 1, "fit_seconds": 60.0}, start)
+    validated = []
+
+    class Finished:
+        def __init__(self, code):
+            self.code = code
+
+        def wait(self):
+            return self.code
+
+    codes = {"FC": 0, "FS": recipe_search.STOPPED}
+    monkeypatch.setattr(recipe_search, "_train", lambda out, name, *rest: Finished(codes[name]))
+    monkeypatch.setattr(recipe_search, "_validate", lambda out, name, *rest: validated.append(name))
+    monkeypatch.setattr(recipe_search, "summarise", lambda out, name: None)
+    monkeypatch.setattr(recipe_search, "plot", lambda *args: None)
+    argv = ["--from", str(start), "--only", "FC,FS", "--out", str(tmp_path / "out"), "--minutes", "1"]
+    assert recipe_search.main(argv) == 0
+    assert validated == ["FC", "FS"]  # the stopped one is scored at its last checkpoint too
+
+    codes["FS"] = 1  # a crash is not a stop
+    validated.clear()
+    assert recipe_search.main(argv) == 1
+    assert not validated and "exited [0, 1]" in capsys.readouterr().err
