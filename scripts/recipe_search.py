@@ -33,6 +33,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -117,7 +118,7 @@ def _train(out: Path, name: str, minutes: float, data: Path | None, start: Path 
 SEARCH_END = "search_end.json"  # where a candidate stood when its time ran out
 # A candidate stopped by SIGTERM (to free its core) saved its last checkpoint first: it is scored
 # there like the others, and its shorter time is in its record.
-STOPPED = 128 + 15
+STOPPED = 128 + signal.SIGTERM  # a shell's exit status for a process ended by that signal
 
 
 def _validate(out: Path, name: str, data: Path | None, start: Path | None = None) -> None:
