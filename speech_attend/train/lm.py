@@ -40,6 +40,11 @@ def wordnet_lm_splits() -> dict[str, list[str]]:
     return split_sentences(load_sentences())
 
 
+def held_out(splits: dict[str, list[str]]) -> set[str]:
+    """The dev and test sentences of :func:`wordnet_lm_splits`: never language-model text."""
+    return set(splits["dev"]) | set(splits["test"])
+
+
 # The examples are the kind of sentence people say to the recognizer; the definitions, four times
 # their text, would drown them, so in ``wordnet+definitions`` each example counts this often.
 EXAMPLE_REPEATS = 2
@@ -67,7 +72,7 @@ def lm_sentences(source: str, vocabulary: Vocabulary) -> list[str]:
         if source == "wordnet+definitions":
             from speech_attend.builtin.wordnet_sentences import wordnet_definitions
 
-            texts = texts * EXAMPLE_REPEATS + wordnet_definitions(set(splits["dev"]) | set(splits["test"]))
+            texts = texts * EXAMPLE_REPEATS + wordnet_definitions(held_out(splits))
     else:
         path = Path(source)
         if not path.is_file():
@@ -287,8 +292,8 @@ def train_lm(
     dev: list[str] = []
     if dev_from == "wordnet":
         splits = wordnet_lm_splits()
-        held_out = set(splits["dev"]) | set(splits["test"])
-        record["dev_test_overlap"] = sum(s in held_out for s in sentences)
+        unseen = held_out(splits)
+        record["dev_test_overlap"] = sum(s in unseen for s in sentences)
         dev = lm_sentences_of(splits["dev"], vocabulary)
     elif dev_from != "none":
         dev = lm_sentences(dev_from, vocabulary)
