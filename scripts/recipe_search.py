@@ -78,6 +78,7 @@ STAGE_TWO["FQ"] = ("FC and quiet files: gain in 60% of the draws (not 50%) down 
 for _floor in (-60, -50, -45):  # the -50 dB recordings: a front end whose noise floor hides 16-bit rounding
     STAGE_TWO[f"FN{-_floor}"] = (f"FQ and a noise floor at {_floor} dBFS under the log-mel (features.noise_floor_dbfs)", [
         *STAGE_TWO["FQ"][1], "--model.features.noise_floor_dbfs", str(_floor)])
+STAGE_TWO["FR"] = ("FQ and rooms in 45% of the draws (not 30%)", [*STAGE_TWO["FQ"][1], "--data.augment.reverb_prob", "0.45"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 
