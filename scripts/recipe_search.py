@@ -79,6 +79,8 @@ for _floor in (-60, -50, -45):  # the -50 dB recordings: a front end whose noise
     STAGE_TWO[f"FN{-_floor}"] = (f"FQ and a noise floor at {_floor} dBFS under the log-mel (features.noise_floor_dbfs)", [
         *STAGE_TWO["FQ"][1], "--model.features.noise_floor_dbfs", str(_floor)])
 STAGE_TWO["FR"] = ("FQ and rooms in 45% of the draws (not 30%)", [*STAGE_TWO["FQ"][1], "--data.augment.reverb_prob", "0.45"])
+STAGE_TWO["G"] = ("FR, its listener grown to 256 units per direction (scripts/grow_recognizer.py: from the checkpoint it writes)", [
+    *STAGE_TWO["FR"][1], "--model.las.listener_hidden", "256"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 
