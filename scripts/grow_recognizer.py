@@ -171,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError, KeyError, ValueError) as error:
         print(f"grow_recognizer: error: {args.ckpt}: {error}", file=sys.stderr)
         return 2
-    torch.save(grown, args.out)
+    try:
+        torch.save(grown, args.out)
+    except (OSError, RuntimeError) as error:
+        print(f"grow_recognizer: error: could not write {args.out}: {error}", file=sys.stderr)
+        return 1
     before = sum(v.numel() for k, v in checkpoint["state_dict"].items() if "frontend" not in k)
     after = sum(v.numel() for k, v in grown["state_dict"].items() if "frontend" not in k)
     print(f"{args.out}: {before / 1e6:.2f} M -> {after / 1e6:.2f} M weights at step {checkpoint['global_step']}")

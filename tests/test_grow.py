@@ -86,6 +86,17 @@ def test_the_command_names_a_missing_checkpoint_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "g.ckpt").exists()
 
 
+def test_the_command_names_an_unwritable_output_in_one_line(tmp_path, capsys):
+    checkpoint = tmp_path / "narrow.ckpt"
+    model = build_recognizer(_hparams())
+    torch.save({"hyper_parameters": _hparams(), "global_step": 0, "optimizer_states": [],
+                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, checkpoint)
+    out = tmp_path / "no_such_folder" / "g.ckpt"
+    assert grow_recognizer.main(["--ckpt", str(checkpoint), "--out", str(out), "--listener-hidden", "16", "--speller-hidden", "16"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("grow_recognizer: error: could not write") and str(out) in error and "\n" not in error
+
+
 @pytest.mark.slow
 def test_a_grown_checkpoint_resumes_training_at_its_step_with_the_new_sizes(tiny_synth, tmp_path):
     def config(run: Path, max_steps: int) -> Path:
