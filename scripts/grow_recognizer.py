@@ -34,6 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shared.training.model_files import CheckpointError, safe_torch_load  # noqa: E402
+
 GROWABLE_ATTENTION = ("location", "additive")  # scores whose query and key projections are plain Linear layers
 
 
@@ -107,16 +109,12 @@ def grow_state_dict(
     listener_gates, speller_gates = gate_rows(g, H), gate_rows(s, S)
 
     maps: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # name -> (rows, columns)
-    for i in range(las["listener_layers"]):
+    blstms = [(f"layers.{i}", None if i == 0 else encoder) for i in range(las["listener_layers"])]  # (name, input columns)
+    blstms += [(f"pyramid.{i}", pyramid_input) for i in range(las["pyramid_layers"])]
+    for layer, inputs in blstms:
         for direction in ("forward_lstm", "backward_lstm"):
-            prefix = f"listener.layers.{i}.{direction}"
-            maps[f"{prefix}.weight_ih_l0"] = (listener_gates, None if i == 0 else encoder)
-            maps[f"{prefix}.weight_hh_l0"] = (listener_gates, g)
-            maps[f"{prefix}.bias_ih_l0"] = maps[f"{prefix}.bias_hh_l0"] = (listener_gates, None)
-    for i in range(las["pyramid_layers"]):
-        for direction in ("forward_lstm", "backward_lstm"):
-            prefix = f"listener.pyramid.{i}.{direction}"
-            maps[f"{prefix}.weight_ih_l0"] = (listener_gates, pyramid_input)
+            prefix = f"listener.{layer}.{direction}"
+            maps[f"{prefix}.weight_ih_l0"] = (listener_gates, inputs)
             maps[f"{prefix}.weight_hh_l0"] = (listener_gates, g)
             maps[f"{prefix}.bias_ih_l0"] = maps[f"{prefix}.bias_hh_l0"] = (listener_gates, None)
     for i in range(las["listener_layers"] + las["pyramid_layers"]):
@@ -166,9 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.01, help="noise on the copies' incoming weights, times each matrix's std")
     args = parser.parse_args(argv)
     try:
-        checkpoint = torch.load(args.ckpt, map_location="cpu", weights_only=True)
+        checkpoint = safe_torch_load(args.ckpt)  # names the file when missing, empty, corrupt or pickled code
+        if not isinstance(checkpoint.get("hyper_parameters", {}).get("las"), dict) or "state_dict" not in checkpoint:
+            raise CheckpointError(f"{args.ckpt}: not a speech-attend training checkpoint (no state_dict or hyper_parameters.las)")
         grown = grow_checkpoint(checkpoint, args.listener_hidden, args.speller_hidden, args.seed, args.noise)
-    except (OSError, RuntimeError, KeyError, ValueError) as error:
+    except CheckpointError as error:
+        print(f"grow_recognizer: error: {error}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # a size out of range, an attention it cannot grow
         print(f"grow_recognizer: error: {args.ckpt}: {error}", file=sys.stderr)
         return 2
     try:

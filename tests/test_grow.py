@@ -86,6 +86,17 @@ def test_the_command_names_a_missing_checkpoint_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "g.ckpt").exists()
 
 
+@pytest.mark.parametrize("content", [b"not a checkpoint", b""])
+def test_the_command_names_a_corrupt_or_empty_checkpoint_in_one_line(tmp_path, capsys, content):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(content)
+    assert grow_recognizer.main(["--ckpt", str(bad), "--out", str(tmp_path / "g.ckpt"),
+                                 "--listener-hidden", "16", "--speller-hidden", "16"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("grow_recognizer: error:") and str(bad) in error and "\n" not in error
+    assert not (tmp_path / "g.ckpt").exists()
+
+
 def test_the_command_names_an_unwritable_output_in_one_line(tmp_path, capsys):
     checkpoint = tmp_path / "narrow.ckpt"
     model = build_recognizer(_hparams())
