@@ -23,8 +23,8 @@ the demo's budgets.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -59,13 +59,15 @@ FULL = Budget(caption_steps=1200, speech_steps=2000, scenes_per_count=100, joine
 
 
 def _run(args: list[str]) -> None:
-    print("   $ " + " ".join(str(a) for a in args[2:]), flush=True)
-    result = subprocess.run([sys.executable, "-m", *map(str, args)], cwd=ROOT)
-    if result.returncode != 0:
-        raise SystemExit(f"bottleneck: the step above failed (exit code {result.returncode})")
+    """``python -m APP.cli COMMAND ...``, run in this process: the apps start up once, not per step."""
+    module, *argv = map(str, args)
+    print("   $ " + " ".join(argv), flush=True)
+    code = importlib.import_module(module).main(argv)
+    if code != 0:
+        raise SystemExit(f"bottleneck: the step above failed (exit code {code})")
 
 
-def _train(app: str, config: str, data: Path, root: Path, steps: int, extra: list[str]) -> Path:
+def _train(app: str, config: Path, data: Path, root: Path, steps: int, extra: list[str]) -> Path:
     """Fit once (a finished run is reused) without validation; the last checkpoint."""
     checkpoint = find_checkpoint(root, "last")
     if checkpoint is not None and (checkpoint.parents[1] / "train_seconds.txt").is_file():
@@ -125,7 +127,7 @@ def captioner(out: Path, budget: Budget, data_root: Path) -> dict:
     results = {}
     for label, attention in MODELS.items():
         extra = ["--model.decoder.attention", *attention] if attention else []
-        checkpoint = _train("show_attend", "configs/show_attend/demo.yaml", data, out / "runs" / f"captioner_{attention[0] if attention else 'soft'}",
+        checkpoint = _train("show_attend", ROOT / "configs/show_attend/demo.yaml", data, out / "runs" / f"captioner_{attention[0] if attention else 'soft'}",
                             budget.caption_steps, extra)
         model = load_captioner(checkpoint).eval()
         transform = image_transform(model.config.image_size)
@@ -190,7 +192,7 @@ def recognizer(out: Path, budget: Budget, data_root: Path) -> dict:
     results = {}
     for label, attention in MODELS.items():
         extra = ["--model.las.attention", *attention, "--model.guided_attention", "0"] if attention else []
-        checkpoint = _train("speech_attend", "configs/speech_attend/demo.yaml", data, out / "runs" / f"recognizer_{attention[0] if attention else 'location'}",
+        checkpoint = _train("speech_attend", ROOT / "configs/speech_attend/demo.yaml", data, out / "runs" / f"recognizer_{attention[0] if attention else 'location'}",
                             budget.speech_steps, extra)
         model = load_recognizer(checkpoint)
         vocabulary = model.vocabulary

@@ -1,11 +1,14 @@
 """What a user sees on the terminal: no warnings they cannot act on, no error for a closed pipe.
 
-Each command runs as its own program, as a user runs it, with warnings shown as Python shows
-them by default.
+Each app's commands run in a child program, as a user runs them, with warnings shown as Python
+shows them by default. The fit, test and resumed fit of one app share that program, which starts
+once: a warning shows the first time its line warns, so one that any of the three would print is
+printed there too.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +33,19 @@ NOISE = (
 )
 
 
-def _run(app: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"{app}.cli", *args], capture_output=True, text=True, timeout=300)
+# A child that runs ``APP.cli main(argv)`` for each argv in turn and stops at the first non-zero code.
+_COMMANDS = """
+import importlib, json, sys
+main = importlib.import_module(sys.argv[1] + ".cli").main
+for argv in json.loads(sys.argv[2]):
+    code = main(argv)
+    if code:
+        sys.exit(code)
+"""
+
+
+def _run(app: str, *commands: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _COMMANDS, app, json.dumps(commands)], capture_output=True, text=True, timeout=300)
 
 
 def _assert_quiet(result: subprocess.CompletedProcess) -> None:
@@ -50,9 +64,10 @@ def test_captioner_fit_test_and_resume_print_no_noise(tiny_shapes, tmp_path):
                   "decoder": {"embed_dim": 16, "attention_dim": 16, "hidden_dim": 16}, "beam_size": 2, "max_decode_length": 6},
         "data": {"data_dir": str(tiny_shapes), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
     }))
-    _assert_quiet(_run("show_attend", "fit", "--config", str(config)))  # 3 steps: fewer than the logging interval
-    _assert_quiet(_run("show_attend", "test", "--config", str(config), "--ckpt_path", "last"))
-    _assert_quiet(_run("show_attend", "fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"))
+    _assert_quiet(_run("show_attend",
+                       ["fit", "--config", str(config)],  # 3 steps: fewer than the logging interval
+                       ["test", "--config", str(config), "--ckpt_path", "last"],
+                       ["fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"]))
 
 
 def test_recognizer_fit_test_and_resume_print_no_noise(tiny_synth, tmp_path):
@@ -61,9 +76,10 @@ def test_recognizer_fit_test_and_resume_print_no_noise(tiny_synth, tmp_path):
                                 data={"data_dir": str(tiny_synth)})
     speech["checkpoint"] = {"monitor": "val/cer"}
     config.write_text(yaml.safe_dump(speech))
-    _assert_quiet(_run("speech_attend", "fit", "--config", str(config)))
-    _assert_quiet(_run("speech_attend", "test", "--config", str(config), "--ckpt_path", "last"))
-    _assert_quiet(_run("speech_attend", "fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"))
+    _assert_quiet(_run("speech_attend",
+                       ["fit", "--config", str(config)],
+                       ["test", "--config", str(config), "--ckpt_path", "last"],
+                       ["fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"]))
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "version_0" / "checkpoints").iterdir())
     assert checkpoints == ["best.ckpt", "last.ckpt"]  # stopped mid-epoch at max_steps: no last-v1.ckpt beside last.ckpt
 
