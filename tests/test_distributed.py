@@ -128,15 +128,16 @@ def test_recognizer_test_metrics_on_two_ranks_equal_one_process(recognizer_ddp, 
 
 @pytest.fixture(scope="module")
 def captioner_ddp(tmp_path_factory) -> dict:
-    """A 200-step fit on 2 ranks (enough for captions that differ between images); 5 test images,
-    so the 2 ranks' shards are padded with a repeat."""
+    """A 200-step fit on 2 ranks (enough for captions that differ between images), not validated
+    on the way (the test needs only its last checkpoint); 5 test images, so the 2 ranks' shards
+    are padded with a repeat."""
     root = tmp_path_factory.mktemp("caption_ddp")
     shapes = root / "shapes"
     prepare_shapes(shapes, train=24, val=3, test=5, seed=1, image_size=32, max_objects=2, progress=False)
     run = root / "run"
     config = _write(root / "ddp.yaml", {
         "seed_everything": 0,
-        "trainer": {**DDP, "max_steps": 200, "num_sanity_val_steps": 0, "enable_progress_bar": False,
+        "trainer": {**DDP, "max_steps": 200, "num_sanity_val_steps": 0, "check_val_every_n_epoch": 1000, "enable_progress_bar": False,
                     "enable_model_summary": False, "default_root_dir": str(run)},
         "model": {
             "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},

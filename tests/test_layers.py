@@ -4,16 +4,22 @@ import subprocess
 import sys
 
 
-def _modules_after_import(*modules: str) -> set[str]:
-    code = f"import sys; import {', '.join(modules)}; print('\\n'.join(sys.modules))"
+def _modules_after_import(*modules: str, then: str = "") -> set[str]:
+    """The modules loaded by a new Python after ``import MODULES`` and the statement ``then``."""
+    code = "; ".join(filter(None, ["import sys", f"import {', '.join(modules)}", then, "print('\\n'.join(sys.modules))"]))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     return set(result.stdout.split())
 
 
-def test_captioning_and_transcribing_import_no_lightning():
-    loaded = _modules_after_import("show_attend.infer.caption", "speech_attend.infer.transcribe")
+def _lightning(loaded: set[str]) -> set[str]:
+    return {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}
+
+
+def test_captioning_and_transcribing_and_the_apps_python_interfaces_import_no_lightning():
+    loaded = _modules_after_import("show_attend.infer.caption", "speech_attend.infer.transcribe",
+                                   then="from show_attend import Captioning; from speech_attend import Transcriber")
     assert "show_attend.model.captioner" in loaded and "speech_attend.model.las" in loaded  # the imports did happen
-    assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}
+    assert not _lightning(loaded)
 
 
 def test_the_attention_core_imports_neither_app_nor_lightning():
@@ -67,16 +73,8 @@ def test_both_apps_have_the_same_folders_and_their_imports_run_only_down():
             assert used <= _MAY_IMPORT[folder], f"{app}.{folder} imports {sorted(used - _MAY_IMPORT[folder])}"
 
 
-def test_the_apps_python_interfaces_import_no_lightning():
-    code = "import sys; from show_attend import Captioning; from speech_attend import Transcriber; print('\\n'.join(sys.modules))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    loaded = set(result.stdout.split())
-    assert "show_attend.infer.caption" in loaded and "speech_attend.infer.transcribe" in loaded
-    assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}
-
-
 def test_the_commands_load_lightning_only_to_train():
     # transcribe and caption start faster without it (the shipped recognizer's 10-second file)
     loaded = _modules_after_import("speech_attend.cli", "show_attend.cli")
     assert "speech_attend.cli" in loaded and "show_attend.cli" in loaded
-    assert not {name for name in loaded if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")}
+    assert not _lightning(loaded)
