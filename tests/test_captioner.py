@@ -204,6 +204,21 @@ def test_weights_path_loads_a_local_torchvision_file(tmp_path):
     torch.testing.assert_close(encoder.blocks[4][-2].weight, features[-3].weight)  # conv5_3, before the last pool
 
 
+def test_a_half_precision_weights_file_gives_a_float32_encoder_and_another_network_s_file_is_one_line(tmp_path):
+    from torchvision.models.vgg import cfgs, make_layers
+
+    features = make_layers(cfgs["D"])
+    half = tmp_path / "vgg16-half.pth"
+    torch.save({f"features.{k}": v.half() for k, v in features.state_dict().items()}, half)
+    encoder = Encoder(EncoderConfig(backbone="vgg16", weights_path=str(half)))
+    assert {p.dtype for p in encoder.parameters()} == {torch.float32} and not any(p.is_meta for p in encoder.parameters())
+    torch.testing.assert_close(encoder.blocks[0][0].weight, features[0].weight.half().float(), rtol=0, atol=0)
+    with pytest.raises(EncoderWeightsError) as error:
+        Encoder(EncoderConfig(backbone="resnet50", weights_path=str(half)))
+    message = str(error.value)
+    assert message.startswith(f"{half}: not resnet50's weights") and "missing" in message and "\n" not in message
+
+
 def test_doubly_stochastic_penalty_matches_hand_computation_without_padded_steps():
     alphas = torch.tensor([[[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]]])  # (B=1, T=3, L=2); step 3 is padding
     mask = torch.tensor([[True, True, False]])

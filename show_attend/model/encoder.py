@@ -18,6 +18,7 @@ features in the feature cache, so cached features always belong to the weights i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,24 +128,48 @@ def _imagenet_state_dict(config: EncoderConfig) -> dict[str, torch.Tensor]:
         ) from None
 
 
+def _put_weights(module: nn.Module, state: Mapping[str, torch.Tensor], config: EncoderConfig) -> None:
+    """Put the file's tensors into ``module`` (built on the meta device) as float32.
+
+    ``load_state_dict(assign=True)`` takes the tensors themselves, so a file saved in another
+    precision is made float32 afterwards, as copying into a built model would. A file of another
+    network is one line that names it.
+    """
+    source = config.weights_path or f"torchvision's {config.backbone} weights"
+    own = module.state_dict()
+    missing, foreign = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    misshapen = sorted(k for k in own.keys() & state.keys() if tuple(own[k].shape) != tuple(state[k].shape))
+    if missing or foreign or misshapen:
+        problems = [f"{len(names)} tensors {what} (e.g. {names[0]})" for names, what in
+                    ((missing, "missing"), (foreign, "not its own"), (misshapen, "of another shape")) if names]
+        raise EncoderWeightsError(f"{source}: not {config.backbone}'s weights: {', '.join(problems)}")
+    module.load_state_dict(state, assign=True)
+    module.float()
+
+
 def _torchvision_blocks(config: EncoderConfig) -> tuple[list[nn.Module], int]:
     """The backbone as a list of blocks (the fine-tuning unit) and its feature size."""
     import torchvision
     from torchvision.models.vgg import cfgs, make_layers
 
     load = config.pretrained or config.weights_path is not None
+    # Weights that are about to be replaced are built on the meta device: no random initialisation
+    # of tens of millions of values (see _put_weights).
+    building = torch.device("meta") if load else contextlib.nullcontext()
     if config.backbone.startswith("resnet"):
-        model = getattr(torchvision.models, config.backbone)(weights=None)
+        with building:
+            model = getattr(torchvision.models, config.backbone)(weights=None)
         if load:
-            model.load_state_dict(_imagenet_state_dict(config))
+            _put_weights(model, _imagenet_state_dict(config), config)
         stem = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
         return [stem, model.layer1, model.layer2, model.layer3, model.layer4], 2048
     # VGG: only the convolutional part (the classifier holds 120M parameters we never use).
-    features = make_layers(cfgs["D" if config.backbone == "vgg16" else "E"])
+    with building:
+        features = make_layers(cfgs["D" if config.backbone == "vgg16" else "E"])
     if load:
         state = _imagenet_state_dict(config)
         prefix = "features." if any(k.startswith("features.") for k in state) else ""
-        features.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix) and "classifier" not in k})
+        _put_weights(features, {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix) and "classifier" not in k}, config)
     layers = list(features)[:-1]  # conv5_4 (conv5_3 for VGG-16) before the last max-pool, as in the paper
     cuts = [i + 1 for i, layer in enumerate(layers) if isinstance(layer, nn.MaxPool2d)] + [len(layers)]
     blocks = [nn.Sequential(*layers[a:b]) for a, b in zip([0, *cuts[:-1]], cuts)]
