@@ -81,6 +81,8 @@ for _floor in (-60, -50, -45):  # the -50 dB recordings: a front end whose noise
 STAGE_TWO["FR"] = ("FQ and rooms in 45% of the draws (not 30%)", [*STAGE_TWO["FQ"][1], "--data.augment.reverb_prob", "0.45"])
 STAGE_TWO["G"] = ("FR, its listener grown to 256 units per direction (scripts/grow_recognizer.py: from the checkpoint it writes)", [
     *STAGE_TWO["FR"][1], "--model.las.listener_hidden", "256"])
+STAGE_TWO["FR2"] = ("FR going on: its conditions, the schedule stretched again (from FR's last checkpoint)", STAGE_TWO["FR"][1])
+STAGE_TWO["G2"] = ("G going on: its conditions, the schedule stretched again (from G's last checkpoint)", STAGE_TWO["G"][1])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 
