@@ -40,7 +40,7 @@ from shared.evaluation.plots import save_lines  # noqa: E402
 from shared.evaluation.speech import char_error_rate  # noqa: E402
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
 from show_attend.train.pointing import ATTRIBUTE_WORDS  # noqa: E402
-from show_attend.builtin.shapes import COLOURS, SHAPES, SIZES, generate_scene  # noqa: E402
+from show_attend.builtin.shapes import COLOURS, SHAPES, generate_scene  # noqa: E402
 
 MODELS = {"attention": [], "fixed vector": ["none"]}  # label -> the attention override (none for the fixed vector)
 
