@@ -83,6 +83,8 @@ STAGE_TWO["G"] = ("FR, its listener grown to 256 units per direction (scripts/gr
     *STAGE_TWO["FR"][1], "--model.las.listener_hidden", "256"])
 STAGE_TWO["FR2"] = ("FR going on: its conditions, the schedule stretched again (from FR's last checkpoint)", STAGE_TWO["FR"][1])
 STAGE_TWO["G2"] = ("G going on: its conditions, the schedule stretched again (from G's last checkpoint)", STAGE_TWO["G"][1])
+STAGE_TWO["G3"] = ("G2 going on with twice the sounds without speech (6% of the draws, not 3%): G2 wrote words for a 1-s tone", [
+    *STAGE_TWO["G"][1], "--data.augment.non_speech_prob", "0.06"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 
