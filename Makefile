@@ -22,8 +22,9 @@ $(DEV_STAMP): $(APP_STAMP)
 demo: $(APP_STAMP)
 	$(PY) scripts/demo.py $(if $(FRESH),--fresh)
 
+# The suite on every core (pytest-xdist): a test file runs in one worker, so its module fixtures are made once.
 test: $(DEV_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 tour: $(APP_STAMP)
 	$(PY) -m shared.tour

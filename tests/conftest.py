@@ -3,13 +3,24 @@
 Every fixture here is read-only: a test that damages files (bad-input tests) copies them first.
 """
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from show_attend.builtin.shapes import prepare_shapes
 from speech_attend.builtin.corpus import prepare_synth
 
+
+def pytest_configure(config):
+    """Under pytest-xdist (``make test`` runs ``-n 2``), each worker takes its share of the cores, and
+    so do the programs its tests start: two workers of two threads each on two cores run slower."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+        os.environ["OMP_NUM_THREADS"] = threads
+        torch.set_num_threads(int(threads))
 
 
 @pytest.fixture(scope="session")
