@@ -9,6 +9,7 @@ recorded outputs and the model card (``models/README.md``) must then be renewed 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,17 @@ def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
     assert len(clips) >= 2
     written = {name: transcriber.transcribe(CLIPS / name).text for name in clips}
     assert written == EXPECTED["speech_attend"]
+
+
+def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_path):
+    # timing_check's one-second sounds (same seed): the recognizer shipped before this one wrote
+    # "a winning enery" for the tones.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import timing_check
+
+    transcriber = Transcriber(SHIPPED_MODEL)
+    written = {path.name: transcriber.transcribe(path).text for path in timing_check.non_speech_clips(tmp_path, [1.0], seed=0)}
+    assert len(written) == 5 and all(text == "" for text in written.values()), written
 
 
 def test_confidences_are_the_spellers_log_probabilities_also_with_the_language_model_fused():
