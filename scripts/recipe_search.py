@@ -85,6 +85,9 @@ STAGE_TWO["FR2"] = ("FR going on: its conditions, the schedule stretched again (
 STAGE_TWO["G2"] = ("G going on: its conditions, the schedule stretched again (from G's last checkpoint)", STAGE_TWO["G"][1])
 STAGE_TWO["G3"] = ("G2 going on with twice the sounds without speech (6% of the draws, not 3%): G2 wrote words for a 1-s tone", [
     *STAGE_TWO["G"][1], "--data.augment.non_speech_prob", "0.06"])
+STAGE_TWO["G4"] = ("G3 going on: its conditions, the schedule stretched again (from G3's last checkpoint)", STAGE_TWO["G3"][1])
+STAGE_TWO["G4B"] = ("G4 with babble in 64% of the draws (not 42%) at 0-15 dB (not 0-20): babble at 10 dB was 2.05x clean", [
+    *STAGE_TWO["G3"][1], "--data.augment.noise_prob", "0.8", "--data.augment.babble_prob", "0.8", "--data.augment.snr_db", "[0,15]"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 
