@@ -14,11 +14,12 @@ from speech_attend.builtin.corpus import prepare_synth
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (``make test`` runs ``-n 2``), each worker takes its share of the cores, and
-    so do the programs its tests start: two workers of two threads each on two cores run slower."""
+    """Under pytest-xdist (``make test`` runs ``-n auto``), each worker takes its share of the cores,
+    and so do the programs its tests start: two workers of two threads each on two cores run slower."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
-        threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = str(max(1, cores // int(workers)))
         os.environ["OMP_NUM_THREADS"] = threads
         torch.set_num_threads(int(threads))
 
