@@ -338,6 +338,20 @@ def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_traine
             assert overlay.format == "PNG" and overlay.width > 32
 
 
+def test_init_from_an_export_starts_a_new_run_from_its_weights(caption_trained, tmp_path):
+    """The shared ``--init_from`` on the captioner: the export's weights and words, step 0."""
+    ckpt = caption_trained / "checkpoints" / "last.ckpt"
+    assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "exported")]) == 0
+    # a learning rate of 1e-12: the one step leaves the weights where the run started them
+    assert main(["fit", "--config", str(caption_trained.parent / "tiny.yaml"), "--trainer.default_root_dir", str(tmp_path / "run"),
+                 "--trainer.max_steps", "1", "--init_from", str(tmp_path / "exported"), "--model.optimizer.lr", "1e-12"]) == 0
+    started, trained = safe_torch_load(next((tmp_path / "run").rglob("last.ckpt"))), safe_torch_load(ckpt)
+    assert started["global_step"] == 1 and started["hyper_parameters"]["vocabulary"] == trained["hyper_parameters"]["vocabulary"]
+    weights = {key: value for key, value in trained["state_dict"].items()  # the step moves batch-norm statistics, and
+               if key.startswith("model.") and "running_" not in key and "batches_tracked" not in key}  # not the REINFORCE baseline
+    assert weights and all(torch.allclose(started["state_dict"][key].float(), value.float(), atol=1e-8) for key, value in weights.items())
+
+
 def test_export_saves_the_beam_size_as_captions_default(caption_trained, tmp_path, capsys):
     ckpt = caption_trained / "checkpoints" / "last.ckpt"
     assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "wide"), "--beam-size", "7"]) == 0

@@ -65,6 +65,58 @@ def test_model_options_on_the_command_line_replace_the_checkpoint_s_settings(tra
     assert "--model.features.freq_masks 1: replaces the checkpoint's" in caplog.text
 
 
+def _model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    return {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}
+
+
+def test_init_from_an_export_starts_a_new_run_from_its_weights(trained, caplog):
+    exported = trained["root"] / "exported"
+    assert main(["export", "--ckpt", str(trained["ckpt"]), "--out", str(exported)]) == 0
+    out = trained["root"] / "from_export"
+    # a learning rate of 1e-12: the one step leaves the weights where the run started them
+    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
+                 str(out), "--trainer.max_steps", "1", "--init_from", str(exported), "--model.optimizer.lr", "1e-12",
+                 "--model.decoding.beam_size", "5"])
+    assert code == 0
+    checkpoint = next(out.rglob("last.ckpt"))
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert saved["global_step"] == 1  # a new run: step 0 and a new optimiser, not the trained run's step 3
+    started, trained_weights = _model_weights(checkpoint), _model_weights(trained["ckpt"])
+    assert started.keys() == trained_weights.keys()
+    assert all(torch.allclose(started[key].float(), trained_weights[key].float(), atol=1e-8) for key in started)  # and statistics
+    before = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert saved["hyper_parameters"]["las"] == before["las"] and saved["hyper_parameters"]["vocabulary"] == before["vocabulary"]
+    assert saved["hyper_parameters"]["decoding"]["beam_size"] == 5 != before["decoding"]["beam_size"]
+    assert "--model.decoding.beam_size 5: replaces the --init_from model's" in caplog.text
+
+
+def test_init_from_a_fresh_config_trains_from_random_weights_otherwise(trained):
+    """The check above would pass by chance if a new run's random weights equalled the trained
+    ones; they do not."""
+    out = trained["root"] / "from_scratch"
+    assert main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
+                 str(out), "--trainer.max_steps", "1", "--model.optimizer.lr", "1e-12", "--seed_everything", "1"]) == 0
+    fresh, trained_weights = _model_weights(next(out.rglob("last.ckpt"))), _model_weights(trained["ckpt"])
+    assert not torch.allclose(fresh["speller.embedding.weight"], trained_weights["speller.embedding.weight"], atol=1e-3)
+
+
+@pytest.mark.parametrize("problem", ["missing", "both", "captioner"])
+def test_init_from_refuses_a_bad_model_in_one_line(trained, tmp_path, capsys, problem):
+    model = {"missing": tmp_path / "no_such_model", "both": trained["ckpt"], "captioner": tmp_path / "captioner"}[problem]
+    if problem == "captioner":
+        model.mkdir()
+        (model / "model.safetensors").write_bytes(b"")
+        (model / "config.json").write_text(json.dumps({"format": "attend/1", "app": "show-attend", "hyper_parameters": {}}))
+    extra = ["--ckpt_path", str(trained["ckpt"])] if problem == "both" else []
+    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
+                 str(tmp_path / "run"), "--trainer.max_steps", "1", "--init_from", str(model), *extra])
+    assert code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("speech-attend: error: ")
+    assert {"missing": "no_such_model", "both": "give one of them", "captioner": "show-attend (captioner) model"}[problem] in error[0]
+
+
 def _test_files(corpus: Path) -> list[str]:
     return sorted(str(p) for p in (corpus / "test").rglob("*.flac"))
 

@@ -15,6 +15,10 @@ its data module to its model:
   replace the config file's, and ``--model.*`` options on the command line replace the
   checkpoint's (Lightning alone lets the checkpoint win silently: a fine-tune with
   ``--model.features.freq_masks 2`` would train without the masks);
+* ``--init_from MODEL``: a new run that starts from a trained model's weights (an exported
+  folder or a checkpoint), with its settings and vocabulary, a new optimiser and step 0: a
+  fine-tune on other data, or a longer schedule for a model whose run is gone; ``--model.*``
+  options on the command line replace its settings, as they replace a checkpoint's;
 * the callbacks: :class:`~shared.training.checkpoints.RunCheckpoints` (config key
   ``checkpoint``), :class:`~shared.training.guards.SkipBadSamples` (``bad_samples``),
   :class:`~shared.training.guards.StopOnNonFinite` and :class:`~shared.training.resume.ExactResume`;
@@ -28,7 +32,7 @@ import logging
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch.distributed as dist
 from jsonargparse import Namespace
@@ -37,7 +41,7 @@ from pytorch_lightning.utilities import rank_zero_info
 
 from .checkpoints import NAMED_CHECKPOINTS, RunCheckpoints, find_checkpoint, run_version, with_atomic_checkpoints
 from .guards import SkipBadSamples, StopOnNonFinite
-from .model_files import CheckpointError, safe_torch_load
+from .model_files import CheckpointError, ModelFiles, load_model_files, safe_torch_load
 from .resume import ExactResume
 
 __all__ = ["AttendCLI", "run_lightning"]
@@ -73,6 +77,7 @@ class AttendCLI(LightningCLI):
         defaults["callbacks"] = [StopOnNonFinite(), ExactResume(), *defaults.get("callbacks", [])]
         defaults.setdefault("enable_checkpointing", False)  # RunCheckpoints writes them; Lightning's own would add copies
         self._model_options = _model_options(args)  # read while Lightning parses, in _parse_ckpt_path
+        self._init_files: ModelFiles | None = None  # --init_from's weights, loaded once the module is built
         super().__init__(
             model_class, datamodule_class, args=args, trainer_defaults=defaults, seed_everything_default=0,
             save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, **kwargs,
@@ -84,6 +89,9 @@ class AttendCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(RunCheckpoints, "checkpoint")
         parser.add_lightning_class_args(SkipBadSamples, "bad_samples")
+        parser.add_argument("--init_from", type=Optional[str], default=None,
+                            help="start a new run from a trained model's weights: an exported folder or a .ckpt (its settings and "
+                                 "vocabulary; a new optimiser at step 0). --ckpt_path resumes a run instead")
         parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         self.link_data_and_model(parser)
 
@@ -110,12 +118,21 @@ class AttendCLI(LightningCLI):
             if not Path(ckpt_path).is_file():
                 raise CheckpointError(f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit, or last or best)")
             safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
-        given = {key: config.model[key] for key in self._model_options if ckpt_path and key in config.model}
-        super()._parse_ckpt_path()
-        model = self._subcommand_config().model if given else None  # the config now holds the checkpoint's settings
+        init_from = config.get("init_from") if config is not None else None
+        if ckpt_path and init_from:
+            raise ValueError("--ckpt_path resumes a run and --init_from starts a new one from a model's weights; give one of them")
+        given = {key: config.model[key] for key in self._model_options if (ckpt_path or init_from) and key in config.model}
+        if init_from:
+            self._init_files = load_model_files(init_from, self.model_class.app)  # one line naming a missing or foreign file
+            settings = {key: value for key, value in self._init_files.hyper_parameters.items() if key != "_instantiator"}
+            self.config = self.parser.parse_object({self.config.subcommand: {"model": settings}}, self.config)
+        else:
+            super()._parse_ckpt_path()
+        model = self._subcommand_config().model if given else None  # the config now holds the trained model's settings
+        source = "--init_from model" if init_from else "checkpoint"
         for key, value in given.items():
             if model[key] != value:
-                rank_zero_info(f"--model.{key} {value}: replaces the checkpoint's {model[key]}")
+                rank_zero_info(f"--model.{key} {value}: replaces the {source}'s {model[key]}")
                 model[key] = value
 
     def before_instantiate_classes(self) -> None:
@@ -132,6 +149,12 @@ class AttendCLI(LightningCLI):
             config.trainer.logger = Namespace(
                 class_path="shared.training.run_logger.RunLogger", init_args=Namespace(save_dir=str(root), version=version)
             )
+
+    def after_instantiate_classes(self) -> None:
+        super().after_instantiate_classes()
+        if self._init_files is not None:
+            self.model.load_model_weights(self._init_files, f"--init_from {self._subcommand_config().init_from}")
+            rank_zero_info(f"--init_from {self._subcommand_config().init_from}: a new run from its weights")
 
     def instantiate_trainer(self, **kwargs: Any):
         plugins = self.config_init[self.subcommand].trainer.get("plugins")

@@ -31,7 +31,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 from ..evaluation.collapse import collapse_warning, output_collapse
-from .model_files import CheckpointError, check_app_tag, model_tag
+from .model_files import OMITTED_KEY, CheckpointError, ModelFiles, check_app_tag, model_tag
 from .writes import replacing
 
 __all__ = ["AttendModule", "TEST_METRICS_FILE", "TEST_OUTPUTS_FILE"]
@@ -160,6 +160,27 @@ class AttendModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint.update(model_tag(self.app))
         checkpoint["fit_seconds"], checkpoint["fit_cpu_seconds"] = self.fit_seconds(), self.fit_cpu_seconds()
+
+    def load_model_weights(self, files: ModelFiles, where: str) -> None:
+        """Start from a trained model's weights (``fit --init_from``), not from its run: the
+        checkpoint hooks map them as they map a resumed run's (an app's older layouts, the frozen
+        weights an export left out), and the clocks, the optimiser and the step start anew.
+
+        Raises:
+            CheckpointError: the weights do not fit this model (``where`` names the file).
+        """
+        checkpoint: dict[str, Any] = {
+            **model_tag(self.app), "hyper_parameters": files.hyper_parameters,
+            "state_dict": {f"model.{key}": value for key, value in files.state_dict.items()},
+        }
+        if files.omitted:
+            checkpoint[OMITTED_KEY] = files.omitted
+        self.on_load_checkpoint(checkpoint)
+        prefix = "model."
+        try:  # into the model: the module's own training state (a REINFORCE baseline) starts anew too
+            self.model.load_state_dict({key[len(prefix):]: value for key, value in checkpoint["state_dict"].items()})
+        except RuntimeError as err:  # torch lists every key; its first lines say which and why
+            raise CheckpointError(f"{where}: its weights do not fit the model ({' '.join(str(err).split())[:200]})") from None
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_app_tag(checkpoint, self.app, "--ckpt_path")
