@@ -7,6 +7,9 @@
 The second form is stage two: candidates (``STAGE_TWO``) that go on from one checkpoint (the long
 run's end), each for ``--minutes`` more wall time, with the cosine schedule stretched to
 ``--max-steps`` (the learning rate rises again to where the longer cosine stands, then decays).
+``--from`` also takes an exported folder (``models/speech_attend``: a model whose run is gone):
+then each candidate is a new run from its weights (``fit --init_from``) with a schedule of its own,
+``--max-steps`` long, and none of a first run's start-up stages (``FROM_EXPORT``).
 
 Each candidate is ``configs/speech_attend/broad_las.yaml`` with a few overrides (``CANDIDATES``).
 Two train at once, one thread each (one core each on a 2-core machine), for ``--minutes`` of wall
@@ -88,7 +91,20 @@ STAGE_TWO["G3"] = ("G2 going on with twice the sounds without speech (6% of the 
 STAGE_TWO["G4"] = ("G3 going on: its conditions, the schedule stretched again (from G3's last checkpoint)", STAGE_TWO["G3"][1])
 STAGE_TWO["G4B"] = ("G4 with babble in 64% of the draws (not 42%) at 0-15 dB (not 0-20): babble at 10 dB was 2.05x clean", [
     *STAGE_TWO["G3"][1], "--data.augment.noise_prob", "0.8", "--data.augment.babble_prob", "0.8", "--data.augment.snr_db", "[0,15]"])
+STAGE_TWO["H"] = ("G3's weights (the export) going on: its conditions, a new schedule peaking at 2e-4", [
+    *STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
+
+# A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
+# none of the stages that help a model that has not aligned yet (guided attention, teacher forcing
+# first, a clean start, the shortest-first epoch); the CTC weight stays at its final value, and
+# validation decodes as the runs from checkpoints did (greedy, no language model, no length bonus).
+FROM_EXPORT = [
+    "--model.guided_attention", "0", "--model.scheduled_sampling_start", "0", "--model.ctc_weight", "0.3",
+    "--model.ctc_weight_final", "0.3", "--model.optimizer.warmup_steps", "300", "--model.decoding.lm_weight", "0",
+    "--model.decoding.length_bonus", "0", "--model.decoding.beam_size", "8", "--data.augment.start_step", "0",
+    "--data.augment.ramp_steps", "0", "--data.curriculum_epochs", "0",
+]
 
 
 def _run_dir(out: Path, name: str) -> Path:
@@ -101,10 +117,14 @@ def _overrides(name: str, data: Path | None) -> list[str]:
 
 def _start(start: Path | None, max_steps: int | None, out: Path, name: str) -> tuple[float, list[str]]:
     """A stage-two candidate's starting checkpoint, copied into its run (once): the wall time it
-    had trained (Lightning's timer resumes there) and the overrides that stretch the schedule."""
+    had trained (Lightning's timer resumes there) and the overrides that stretch the schedule. From
+    an exported folder: a new run from its weights (until the run has a checkpoint to go on from)."""
     if start is None:
         return 0.0, []
     last = _run_dir(out, name) / "checkpoints" / "last.ckpt"
+    if start.is_dir():
+        schedule = [] if max_steps is None else ["--trainer.max_steps", str(max_steps)]
+        return 0.0, FROM_EXPORT + schedule + ([] if last.is_file() else ["--init_from", str(start)])
     if not last.is_file():
         last.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(start, last)
@@ -136,7 +156,8 @@ def _validate(out: Path, name: str, data: Path | None, start: Path | None = None
     and write ``search_end.json``: its steps, wall and processor seconds, batch, weights and CER."""
     with (out / f"{name}.log").open("a") as log:
         command = [*SPEECH_ATTEND, "validate", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
-                   *_overrides(name, data), "--ckpt_path", str(_run_dir(out, name) / "checkpoints" / "last.ckpt")]
+                   *_overrides(name, data), *(FROM_EXPORT if start is not None and start.is_dir() else []),
+                   "--ckpt_path", str(_run_dir(out, name) / "checkpoints" / "last.ckpt")]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
     record_end(_run_dir(out, name), start)
@@ -154,7 +175,7 @@ def record_end(run: Path, start: Path | None = None) -> dict:
         "weights": sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames"))),
         "final_cer": final[-1],
     }
-    if start is not None:
+    if start is not None and not start.is_dir():  # from an exported folder, the run counts from its own step 0
         first = torch.load(start, map_location="cpu", weights_only=True)
         end["start_step"], end["start_seconds"] = int(first["global_step"]), float(first.get("fit_seconds", 0.0))
         end["start_cpu_seconds"] = float(first.get("fit_cpu_seconds", 0.0))
@@ -231,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "search")
     parser.add_argument("--data", type=Path, default=None, help="corpus folder (default: the config's, data/broad)")
     parser.add_argument("--plot-only", action="store_true", help="only rebuild search.json and search.png")
-    parser.add_argument("--from", dest="start", type=Path, help="stage two: the checkpoint each candidate goes on from")
+    parser.add_argument("--from", dest="start", type=Path,
+                        help="stage two: the checkpoint each candidate goes on from, or an exported folder each starts a new run from")
     parser.add_argument("--max-steps", type=int, help="stage two: the stretched schedule's last step")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",")] if args.only else list(STAGE_TWO if args.start else CANDIDATES)
@@ -245,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recipe_search: error: {mixed}: stage-two candidates ({list(STAGE_TWO)}) need --from, the others train "
               "from the start", file=sys.stderr)
         return 2
-    if args.start and not args.start.is_file():
-        print(f"recipe_search: error: --from {args.start}: no such checkpoint", file=sys.stderr)
+    if args.start and not args.start.is_file() and not (args.start / "model.safetensors").is_file():
+        print(f"recipe_search: error: --from {args.start}: no such checkpoint or exported folder", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:

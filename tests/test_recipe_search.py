@@ -94,3 +94,15 @@ def test_a_candidate_stopped_by_sigterm_is_scored_and_a_failed_one_stops_the_sea
     validated.clear()
     assert recipe_search.main(argv) == 1
     assert not validated and "exited [0, 1]" in capsys.readouterr().err
+
+
+def test_a_candidate_from_an_exported_folder_starts_from_its_weights_then_goes_on_from_its_own_run(tmp_path):
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    before, overrides = recipe_search._start(exported, 5000, tmp_path / "out", "H")
+    assert before == 0.0  # a new run: its clock starts at 0
+    assert overrides[-2:] == ["--init_from", str(exported)] and overrides[:-2] == [*recipe_search.FROM_EXPORT, "--trainer.max_steps", "5000"]
+    last = recipe_search._run_dir(tmp_path / "out", "H") / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"a checkpoint of the run")  # stopped half-way: `--ckpt_path last` goes on, not a second start
+    assert "--init_from" not in recipe_search._start(exported, 5000, tmp_path / "out", "H")[1]
