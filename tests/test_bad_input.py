@@ -16,7 +16,6 @@ import io
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -722,7 +721,6 @@ def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their
 
 
 def test_long_audio_check_joins_each_voice_and_reports_both_error_rates(speech_run, tiny_synth, capsys):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import long_audio_check
 
     assert long_audio_check.main(["--ckpt", str(speech_run["ckpt"]), "--data", str(tiny_synth)]) == 0

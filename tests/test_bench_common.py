@@ -1,15 +1,12 @@
 """The FLOP count behind the benchmarks' ceiling column (scripts/bench_common.py)."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_common import matmul_gflop  # noqa: E402
+from bench_common import matmul_gflop
 
-from speech_attend.model.las import native_cpu_kernels  # noqa: E402
+from speech_attend.model.las import native_cpu_kernels
 
 
 def test_matmul_gflop_counts_two_flops_per_multiply_add():

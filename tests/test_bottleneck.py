@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import bottleneck  # noqa: E402
+import bottleneck
 
 
 def test_caption_objects_and_object_f1():

@@ -11,11 +11,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from demo_lanes import Lane, ThreadsFromFile, steps_done  # noqa: E402
+from demo_lanes import Lane, ThreadsFromFile, steps_done
 
-from shared.training.run_logger import RunLogger  # noqa: E402
+from shared.training.run_logger import RunLogger
 
 
 class _ThreadCounter(pl.LightningModule):

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from demo_page import build_page, highlight_errors, missing_links  # noqa: E402
+from demo_page import build_page, highlight_errors, missing_links
 
 
 def _touch(path: Path) -> str:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import failure_modes  # noqa: E402
-from shared.training.model_files import export_folder  # noqa: E402
-from show_attend.train.module import CaptionerModule  # noqa: E402
-from speech_attend.model.las import build_recognizer  # noqa: E402
-from tiny import TINY_SPEECH_CONFIG  # noqa: E402
+import failure_modes
+from shared.training.model_files import export_folder
+from show_attend.train.module import CaptionerModule
+from speech_attend.model.las import build_recognizer
+from tiny import TINY_SPEECH_CONFIG
 
 
 def test_the_three_examples(tiny_synth, tmp_path):

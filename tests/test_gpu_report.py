@@ -1,14 +1,12 @@
 """scripts/gpu_report.py: the checks and ratios that the GPU scripts write to summary.json."""
 
 import json
-import sys
 from pathlib import Path
 
+import gpu_report
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import gpu_report  # noqa: E402
 
 
 def _metrics(run: Path, losses: list[float]) -> None:

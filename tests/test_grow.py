@@ -1,7 +1,6 @@
 """Growing a trained recognizer (scripts/grow_recognizer.py): the wider model computes what the
 narrow one did, and its checkpoint resumes training at the step it was grown at."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,7 @@ import yaml
 from speech_attend.cli import main as speech_main
 from speech_attend.model.las import build_recognizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import grow_recognizer  # noqa: E402
+import grow_recognizer
 
 _LAS = {"listener_hidden": 8, "listener_layers": 1, "pyramid_layers": 2, "input_stack": 1, "layer_norm": True,
         "speller_hidden": 16, "speller_layers": 1, "embedding_dim": 8, "attention": "location", "attention_dim": 8,

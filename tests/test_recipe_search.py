@@ -2,14 +2,12 @@
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import recipe_search  # noqa: E402
+import recipe_search
 
 FIELDS = ["epoch", "step", "train/loss", "val/cer", "val/fit_seconds", "val/fit_cpu_seconds"]
 

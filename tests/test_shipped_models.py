@@ -9,7 +9,6 @@ recorded outputs and the model card (``models/README.md``) must then be renewed 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,6 @@ def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
 def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_path):
     # timing_check's one-second sounds (same seed): the recognizer shipped before this one wrote
     # "a winning enery" for the tones.
-    sys.path.insert(0, str(ROOT / "scripts"))
     import timing_check
 
     transcriber = Transcriber(SHIPPED_MODEL)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +17,9 @@ from speech_attend.builtin.corpus import prepare_synth
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
 from tiny import TINY_SPEECH_CONFIG
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import engine_devset  # noqa: E402
-import eval_speech  # noqa: E402
-import speech_devsets  # noqa: E402
+import engine_devset
+import eval_speech
+import speech_devsets
 
 HAVE_ENGINES = shutil.which("flite") is not None and shutil.which("text2wave") is not None
 NO_ENGINES = "flite and festival are Debian packages (apt-get install flite festival festvox-*), not pip installs"

@@ -317,9 +317,7 @@ def test_espeak_word_events_leave_the_audio_as_it_was_and_start_each_word_in_ord
 
 
 def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp_path, capsys):
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import timing_check
 
     from speech_attend.builtin import corpus
@@ -345,9 +343,7 @@ def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp
 
 
 def test_timing_check_scores_times_against_the_truth():
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import timing_check
 
     from speech_attend.infer.timing import Segment, Word
