@@ -49,6 +49,15 @@ _MAX_PEAK = 0.98
 _FESTIVAL_VOICE_DIRS = (Path("/usr/share/festival/voices"), Path("/usr/lib/festival/voices"))
 
 
+def voice_of(speaker: str) -> str | None:
+    """The engine and voice behind a speaker id of these groups (``"7001"`` -> ``"flite kal"``), else ``None``."""
+    for engine, base in _SPEAKER_BASE.items():
+        index = int(speaker) - base if speaker.isdigit() else -1
+        if 0 <= index < len(_VOICES[engine]):
+            return f"{engine} {_VOICES[engine][index]}"
+    return None
+
+
 class EngineMissing(RuntimeError):
     """A program of the asked-for engines is not installed (the message names the Debian packages)."""
 

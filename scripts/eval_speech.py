@@ -1,12 +1,13 @@
 """Word and character error rates of a recognizer on every evaluation group of a folder.
 
-    python scripts/eval_speech.py --ckpt CKPT --devsets DIR [--groups a,b] [--beam-size N] [--lm-weight X] [--json]
+    python scripts/eval_speech.py --ckpt CKPT --devsets DIR [--groups a,b] [--beam-size N] [--lm-weight X] [--by-speaker] [--json]
 
 ``DIR`` is the output of ``scripts/speech_devsets.py`` (groups listed in ``DIR/devsets.json``),
 or any folder of LibriSpeech-layout subsets. Each group is transcribed with
 :class:`speech_attend.infer.transcribe.Transcriber` (files decoded together in batches), references
 and hypotheses are normalised by :func:`speech_attend.data.text.normalize_text`, and the corpus-level
-WER and CER (:func:`shared.evaluation.speech.speech_metrics`) are printed as a table, or as JSON.
+WER and CER (:func:`shared.evaluation.speech.speech_metrics`) are printed as a table, or as JSON;
+``--by-speaker`` adds each speaker's (for Flite and Festival: each voice's) under the group's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from speech_attend.data.readers import CorpusError, read_librispeech  # noqa: E4
 from speech_attend.data.text import normalize_text  # noqa: E402
 from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_devset import voice_of  # noqa: E402
+
 
 def groups_of(devsets: Path) -> list[str]:
     """The groups of ``devsets``: those listed in ``devsets.json``, else every subfolder with transcripts."""
@@ -33,8 +37,9 @@ def groups_of(devsets: Path) -> list[str]:
     return sorted(p.name for p in devsets.iterdir() if p.is_dir() and any(p.rglob("*.trans.txt")))
 
 
-def evaluate(transcriber: Transcriber, devsets: Path, group: str) -> dict:
-    """Transcribe one group; returns its size, error rates, unreadable files and seconds taken."""
+def evaluate(transcriber: Transcriber, devsets: Path, group: str, by_speaker: bool = False) -> dict:
+    """Transcribe one group; returns its size, error rates, unreadable files and seconds taken,
+    and with ``by_speaker`` each speaker's size and error rates (``speakers``, named by voice where known)."""
     utterances = read_librispeech(devsets, [group])
     start = time.perf_counter()
     hypotheses, failed = [], 0
@@ -46,7 +51,16 @@ def evaluate(transcriber: Transcriber, devsets: Path, group: str) -> dict:
             hypotheses.append(normalize_text(result.text))
     seconds = time.perf_counter() - start
     references = [normalize_text(u.text) for u in utterances]
-    return {"utterances": len(utterances), **speech_metrics(references, hypotheses), "failed": failed, "seconds": round(seconds, 2)}
+    result = {"utterances": len(utterances), **speech_metrics(references, hypotheses), "failed": failed, "seconds": round(seconds, 2)}
+    if by_speaker:
+        speakers: dict[str, list[int]] = {}
+        for i, u in enumerate(utterances):
+            speakers.setdefault(voice_of(u.speaker or "") or str(u.speaker), []).append(i)
+        result["speakers"] = {
+            name: {"utterances": len(items), **speech_metrics([references[i] for i in items], [hypotheses[i] for i in items])}
+            for name, items in sorted(speakers.items())
+        }
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lm", default=None, help="a language model folder from fit-lm (default: the model folder's own, if any)")
     parser.add_argument("--lm-weight", type=float, default=None, help="weight of the language model (default: the model's; 0 = none)")
     parser.add_argument("--length-bonus", type=float, default=None, help="score added per character (default: the model's)")
+    parser.add_argument("--by-speaker", action="store_true", help="also each speaker's (each Flite or Festival voice's) results")
     parser.add_argument("--json", action="store_true", help="print one JSON object: group -> results")
     args = parser.parse_args(argv)
     try:
@@ -74,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CorpusError(f"{args.devsets}: no evaluation groups (folders with *.trans.txt)")
         transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, lm=args.lm, lm_weight=args.lm_weight,
                                   length_bonus=args.length_bonus)
-        results = {group: evaluate(transcriber, args.devsets, group) for group in groups}
+        results = {group: evaluate(transcriber, args.devsets, group, args.by_speaker) for group in groups}
     except (ValueError, RuntimeError, OSError) as err:
         print(f"eval_speech: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -85,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'group':<{width}}{'utts':>6}{'WER':>8}{'CER':>8}")
     for group, r in results.items():
         print(f"{group:<{width}}{r['utterances']:>6}{r['wer']:>8.3f}{r['cer']:>8.3f}" + (f"  ({r['failed']} unreadable)" if r["failed"] else ""))
+        for speaker, s in r.get("speakers", {}).items():
+            print(f"  {speaker:<{width + 2}}{s['utterances']:>4}{s['wer']:>8.3f}{s['cer']:>8.3f}")
     return 0
 
 

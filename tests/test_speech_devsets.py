@@ -67,6 +67,11 @@ def test_engine_devset_speaks_dev_sentences_with_each_engine(tmp_path):
     assert engine_devset.main(["--out", str(synth_corpus), "--count", "1"]) == 2  # never beside training data
 
 
+def test_engine_voices_are_named_by_their_speaker_ids():
+    assert engine_devset.voice_of("7000") == "flite slt" and engine_devset.voice_of("7101") == "festival ked_diphone"
+    assert engine_devset.voice_of("7005") is None and engine_devset.voice_of("1234") is None and engine_devset.voice_of("") is None
+
+
 def test_engine_devset_without_the_programs_names_the_debian_packages(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(engine_devset.shutil, "which", lambda name: None)
     assert engine_devset.main(["--out", str(tmp_path / "e")]) == 2
@@ -90,5 +95,10 @@ def test_eval_speech_prints_a_table_of_every_group(devsets, tmp_path, capsys):
     assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["group", "utts", "WER", "CER"] and table[1].split()[:2] == ["espeak_unseen", "2"]
+    assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen", "--by-speaker",
+                             "--json"]) == 0
+    group = json.loads(capsys.readouterr().out)["espeak_unseen"]
+    speakers = {u.speaker for u in read_librispeech(devsets, ["espeak_unseen"])}
+    assert set(group["speakers"]) == speakers and sum(s["utterances"] for s in group["speakers"].values()) == group["utterances"]
     assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
