@@ -19,9 +19,12 @@ which breaks their symmetry; ``noise`` adds a little more.
 
 The written checkpoint resumes like any other (``fit --ckpt_path``): the step, the schedule and
 the timer carry on, and the optimizer's moments start afresh (they belonged to other shapes).
+An exported folder (``models/speech_attend``) grows into an exported folder, which ``fit
+--init_from`` starts a new run from.
 
     python scripts/grow_recognizer.py --ckpt outputs/ft3/FQ_last_65718.ckpt --out grown.ckpt \\
         --listener-hidden 192 --speller-hidden 384
+    python scripts/grow_recognizer.py --ckpt models/speech_attend --out grown/ --listener-hidden 256 --speller-hidden 512
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.training.model_files import CheckpointError, safe_torch_load  # noqa: E402
+from shared.training.model_files import CheckpointError, export_folder, load_model_files, safe_torch_load  # noqa: E402
 
 GROWABLE_ATTENTION = ("location", "additive")  # scores whose query and key projections are plain Linear layers
 
@@ -154,15 +157,43 @@ def grow_checkpoint(checkpoint: dict, listener_hidden: int, speller_hidden: int,
             "optimizer_states": optimizer_states}
 
 
+def grow_export(source: Path, out: Path, listener_hidden: int, speller_hidden: int, seed: int = 0, noise: float = 0.0) -> tuple[int, int]:
+    """Widen an exported model into the folder ``out`` (weights and settings; no language model):
+    its weight counts before and after."""
+    files = load_model_files(source, "speech-attend")  # names a missing, corrupt or foreign folder
+    las = files.hyper_parameters.get("las")
+    if not isinstance(las, dict):
+        raise CheckpointError(f"{source}: not a speech-attend model (no las settings)")
+    grown = grow_state_dict(files.state_dict, las, listener_hidden, speller_hidden, seed, noise)
+    export_folder(out, "speech-attend", grown, {**files.hyper_parameters, "las": {**las, "listener_hidden": listener_hidden,
+                                                                                   "speller_hidden": speller_hidden}})
+    return (sum(v.numel() for k, v in files.state_dict.items() if "frontend" not in k),
+            sum(v.numel() for k, v in grown.items() if "frontend" not in k))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", type=Path, required=True, help="a speech-attend training checkpoint")
-    parser.add_argument("--out", type=Path, required=True, help="where to write the widened checkpoint")
+    parser.add_argument("--ckpt", type=Path, required=True, help="a speech-attend training checkpoint, or an exported folder")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the widened checkpoint (a folder from a folder)")
     parser.add_argument("--listener-hidden", type=int, required=True, help="new units per listener direction (H to 2H)")
     parser.add_argument("--speller-hidden", type=int, required=True, help="new speller units (S to 2S)")
     parser.add_argument("--seed", type=int, default=0, help="which units are copied")
     parser.add_argument("--noise", type=float, default=0.01, help="noise on the copies' incoming weights, times each matrix's std")
     args = parser.parse_args(argv)
+    if args.ckpt.is_dir():
+        try:
+            before, after = grow_export(args.ckpt, args.out, args.listener_hidden, args.speller_hidden, args.seed, args.noise)
+        except CheckpointError as error:
+            print(f"grow_recognizer: error: {error}", file=sys.stderr)
+            return 2
+        except ValueError as error:
+            print(f"grow_recognizer: error: {args.ckpt}: {error}", file=sys.stderr)
+            return 2
+        except OSError as error:  # the writer's one line: what, where and why
+            print(f"grow_recognizer: error: {error}", file=sys.stderr)
+            return 1
+        print(f"{args.out}: {before / 1e6:.2f} M -> {after / 1e6:.2f} M weights (an exported folder: fit --init_from it)")
+        return 0
     try:
         checkpoint = safe_torch_load(args.ckpt)  # names the file when missing, empty, corrupt or pickled code
         if not isinstance(checkpoint.get("hyper_parameters", {}).get("las"), dict) or "state_dict" not in checkpoint:

@@ -93,6 +93,8 @@ STAGE_TWO["G4B"] = ("G4 with babble in 64% of the draws (not 42%) at 0-15 dB (no
     *STAGE_TWO["G3"][1], "--data.augment.noise_prob", "0.8", "--data.augment.babble_prob", "0.8", "--data.augment.snr_db", "[0,15]"])
 STAGE_TWO["H"] = ("G3's weights (the export) going on: its conditions, a new schedule peaking at 2e-4", [
     *STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002"])
+STAGE_TWO["HS"] = ("H with the speller grown to 512 units (grow_recognizer.py from the export; from the folder it writes)", [
+    *STAGE_TWO["H"][1], "--model.las.speller_hidden", "512"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and

@@ -139,3 +139,20 @@ def test_a_grown_checkpoint_resumes_training_at_its_step_with_the_new_sizes(tiny
     assert resumed["state_dict"]["model.speller.output.3.weight"].shape[1] == 24
     adam_steps = {int(state["step"]) for state in resumed["optimizer_states"][0]["state"].values()}
     assert adam_steps == {2}  # the moments started again at the grown step
+
+
+def test_an_exported_folder_grows_into_an_exported_folder_that_computes_the_same(tmp_path, capsys):
+    from shared.training.model_files import export_folder
+    from speech_attend.infer.transcribe import load_recognizer
+
+    hparams = _hparams(layer_norm=False)
+    torch.manual_seed(0)
+    export_folder(tmp_path / "narrow", "speech-attend", build_recognizer(hparams).state_dict(), hparams)
+    assert grow_recognizer.main(["--ckpt", str(tmp_path / "narrow"), "--out", str(tmp_path / "wide"), "--listener-hidden", "12",
+                                 "--speller-hidden", "24", "--noise", "0"]) == 0
+    narrow, wide = load_recognizer(tmp_path / "narrow"), load_recognizer(tmp_path / "wide")
+    assert wide.speller.hidden == 24 and wide.listener.output_dim == 24
+    torch.testing.assert_close(_outputs(wide)["logits"], _outputs(narrow)["logits"], atol=1e-5, rtol=1e-4)
+    assert grow_recognizer.main(["--ckpt", str(tmp_path / "narrow"), "--out", str(tmp_path / "x"), "--listener-hidden", "99",
+                                 "--speller-hidden", "24"]) == 2
+    assert "can grow to 8..16 units" in capsys.readouterr().err and not (tmp_path / "x").exists()
