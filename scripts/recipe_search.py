@@ -95,6 +95,8 @@ STAGE_TWO["H"] = ("G3's weights (the export) going on: its conditions, a new sch
     *STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002"])
 STAGE_TWO["HS"] = ("H with the speller grown to 512 units (grow_recognizer.py from the export; from the folder it writes)", [
     *STAGE_TWO["H"][1], "--model.las.speller_hidden", "512"])
+STAGE_TWO["HF"] = ("H with another voice for a quarter of the utterances: pitch +5 to +12 semitones, formants x1.14-1.26 "
+                   "(Flite's and Festival's worst voice is the female slt)", [*STAGE_TWO["H"][1], "--data.augment.voice_shift_prob", "0.25"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and

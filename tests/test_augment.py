@@ -242,3 +242,48 @@ def test_quantized_training_conditions_stay_on_a_16_bit_grid_at_most():
     assert torch.equal(out * 2**15, (out * 2**15).round()) and not torch.equal(out, padded)
     with pytest.raises(ValueError, match="quantize_bits"):
         AugmentConfig(quantize_bits=(1, 16))
+
+
+_ONLY_VOICE = dict(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0,
+                   dc_prob=0, voice_shift_prob=1)
+
+
+def _dominant_hz(wave: torch.Tensor) -> float:
+    spectrum = torch.fft.rfft(wave).abs()
+    return float(torch.fft.rfftfreq(wave.numel(), 1 / SR)[spectrum.argmax()])
+
+
+def test_another_voice_raises_the_pitch_by_the_drawn_semitones_and_keeps_the_length():
+    t = torch.arange(SR) / SR
+    voice = 0.3 * sum(torch.sin(2 * math.pi * 150 * k * t) / k for k in (1, 2, 3))  # a 150 Hz voice, three harmonics
+    padded, lengths = voice[None], torch.tensor([SR])
+    out, new_lengths = augment_batch(padded, lengths, AugmentConfig(**_ONLY_VOICE, voice_semitones=(12.0, 12.0),
+                                                                    voice_formant_ratio=(2.0, 2.0)), SR, _gen())
+    assert new_lengths.tolist() == [SR] and torch.isfinite(out).all()
+    assert _dominant_hz(out[0]) == pytest.approx(300, abs=5)  # an octave up
+    unchanged, _ = augment_batch(padded, lengths, AugmentConfig(**{**_ONLY_VOICE, "voice_shift_prob": 0}), SR, _gen())
+    assert torch.equal(unchanged, padded)
+
+
+def test_the_voice_shift_never_draws_the_held_out_piper_shifts(monkeypatch):
+    """piper_unseen's speakers are piper at half-semitone and midpoint formant shifts inside the
+    training grid (-4..4 semitones, 0.88..1.12): the condition's default ranges lie above both."""
+    from speech_attend.builtin.speakers import PIPER_FORMANT_RATIOS, PIPER_SEMITONES, piper_speakers
+    from speech_attend.data import augment
+
+    drawn = []
+    monkeypatch.setattr(augment, "shift_voice", lambda wave, rate, semitones, ratio: drawn.append((semitones, ratio)) or wave)
+    waves = torch.randn(8, 4000) * 0.1
+    for seed in range(5):
+        augment_batch(waves, torch.full((8,), 4000), AugmentConfig(**_ONLY_VOICE), SR, _gen(seed))
+    assert len(drawn) == 40
+    held_out = [s for s in piper_speakers() if s.split != "train"]
+    assert held_out and all(s.semitones < min(p[0] for p in drawn) and s.formant_ratio < min(p[1] for p in drawn) for s in held_out)
+    assert max(PIPER_SEMITONES) < AugmentConfig().voice_semitones[0] and max(PIPER_FORMANT_RATIOS) < AugmentConfig().voice_formant_ratio[0]
+
+
+@pytest.mark.parametrize("field, bad", [("voice_semitones", (5.0, 30.0)), ("voice_formant_ratio", (0.0, 1.2)),
+                                        ("dc_offset", (-0.3, 1.5)), ("quantize_bits", (8, 30))])
+def test_ranges_outside_their_bounds_are_refused(field, bad):
+    with pytest.raises(ValueError, match=field):
+        AugmentConfig(**{field: bad})

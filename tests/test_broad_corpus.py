@@ -22,7 +22,7 @@ from speech_attend.builtin.speakers import (
     espeak_speakers,
     piper_speakers,
 )
-from speech_attend.builtin.voice_shift import formant_shift, pitch_shift, shift_voice
+from speech_attend.data.voice_shift import formant_shift, pitch_shift, shift_voice
 from speech_attend.builtin.wordnet_sentences import (
     MAX_WORDS,
     MIN_WORDS,

@@ -8,7 +8,7 @@ A speaker is a voice of one engine with fixed settings:
   uses every English voice with the plain voice and every variant that the installed espeak-ng
   data ships (:func:`espeak_speakers`, read from the data folder).
 - piper: the one neural voice, made into many speakers by a pitch shift (semitones) and a formant
-  shift (:mod:`speech_attend.builtin.voice_shift`), :func:`piper_speakers`.
+  shift (:mod:`speech_attend.data.voice_shift`), :func:`piper_speakers`.
 
 Held-out design. Dev and test speak only with speakers never heard in training:
 

@@ -1,10 +1,14 @@
-"""Acoustic conditions added to training waveforms on the fly: speed, silence, room, noise, channel, gain.
+"""Acoustic conditions added to training waveforms on the fly: voice, speed, silence, room, noise, channel, gain.
 
 A recognizer trained on clean synthetic speech meets, at test time, other rooms, microphones,
 noise and levels. Each training utterance draws its own conditions every time it is served
 (Ko et al. 2015 for speed perturbation; Rosenberg et al. 2019 for augmenting synthetic speech),
 in this order:
 
+0. voice: pitch raised by 5 to 12 semitones and formants by 14 to 26 % (:func:`shift_voice`), a
+   voice in the range of women's and children's, which the built-in speakers barely cover (piper's
+   one male voice spans -4 to +4 semitones and formant ratios 0.88 to 1.12, whose held-out shifts
+   these ranges never touch);
 1. speed: resampled by a factor in ``speed_range`` (tempo and pitch change together);
 2. silence: random leading and trailing pads with a low noise floor (never digital zero);
 3. reverberation: convolution with a simulated room impulse response, a direct-path impulse
@@ -38,6 +42,8 @@ import torch
 from torchaudio.functional import fftconvolve
 from torchaudio.transforms import Resample
 
+from speech_attend.data.voice_shift import shift_voice
+
 __all__ = [
     "AugmentConfig",
     "augment_batch",
@@ -59,7 +65,7 @@ __all__ = [
 _FRAME_SECONDS = 0.01
 _ACTIVE_DB = -40.0  # a frame within 40 dB of the speech level (95th percentile frame) is active speech
 _NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f**beta
-_CHANCES = ("speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob", "dc_prob",
+_CHANCES = ("voice_shift_prob", "speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob", "dc_prob",
             "quantize_prob", "non_speech_prob")
 _NON_SPEECH = ("noise", "hum", "tones", "floor")
 
@@ -68,6 +74,9 @@ _NON_SPEECH = ("noise", "hum", "tones", "floor")
 class AugmentConfig:
     """Chances and ranges of the training conditions (each drawn per utterance)."""
 
+    voice_shift_prob: float = 0.0  # chance of another voice (pitch and formants raised), before every other condition
+    voice_semitones: tuple[float, float] = (5.0, 12.0)  # its pitch shift
+    voice_formant_ratio: tuple[float, float] = (1.14, 1.26)  # its formant shift
     speed_prob: float = 0.5  # chance of a speed change
     speed_range: tuple[float, float] = (0.9, 1.1)  # factor, above 1 is faster (shorter); steps of 0.01
     silence_prob: float = 0.5  # chance of leading and trailing silence
@@ -99,16 +108,19 @@ class AugmentConfig:
         for name in (*_CHANCES, "babble_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
-        for name in ("speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds", "direct_to_reverb_db", "snr_db",
+        for name in ("voice_semitones", "voice_formant_ratio", "speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds", "direct_to_reverb_db", "snr_db",
                      "babble_talkers", "telephone_band", "gain_db", "dc_offset", "quantize_bits", "non_speech_dbfs"):
             low, high = getattr(self, name)
             if low > high:
                 raise ValueError(f"{name} must be (low, high) with low <= high, got {getattr(self, name)}")
+        if not (-24 <= self.voice_semitones[0] and self.voice_semitones[1] <= 24) or self.voice_formant_ratio[0] <= 0:
+            raise ValueError(f"voice_semitones must lie in [-24, 24] and voice_formant_ratio be positive, got "
+                             f"{self.voice_semitones} and {self.voice_formant_ratio}")
         if self.speed_range[0] <= 0 or self.rt60_seconds[0] <= 0 or self.silence_seconds[0] < 0 or self.babble_talkers[0] < 1:
             raise ValueError(f"speed factors and RT60 must be positive, silence >= 0 and babble talkers >= 1, got {self}")
-        if not -1.0 < self.dc_offset[0] and self.dc_offset[1] < 1.0:
+        if not (-1.0 < self.dc_offset[0] and self.dc_offset[1] < 1.0):
             raise ValueError(f"dc_offset must lie inside (-1, 1), got {self.dc_offset}")
-        if not 2 <= self.quantize_bits[0] and self.quantize_bits[1] <= 24:
+        if not (2 <= self.quantize_bits[0] and self.quantize_bits[1] <= 24):
             raise ValueError(f"quantize_bits must lie in [2, 24], got {self.quantize_bits}")
         if not 0 < self.telephone_band[0] < self.telephone_band[1]:
             raise ValueError(f"telephone_band must be (low, high) Hz with 0 < low < high, got {self.telephone_band}")
@@ -314,6 +326,8 @@ def _noise(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: Au
 
 
 def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: AugmentConfig, rate: int, generator) -> torch.Tensor:
+    if _chance(config.voice_shift_prob, generator):
+        wave = shift_voice(wave, rate, _uniform(config.voice_semitones, generator), _uniform(config.voice_formant_ratio, generator))
     if _chance(config.speed_prob, generator):
         wave = change_speed(wave, round(_uniform(config.speed_range, generator), 2))
     if _chance(config.silence_prob, generator):
