@@ -49,13 +49,11 @@ _MAX_PEAK = 0.98
 _FESTIVAL_VOICE_DIRS = (Path("/usr/share/festival/voices"), Path("/usr/lib/festival/voices"))
 
 
-def voice_of(speaker: str) -> str | None:
-    """The engine and voice behind a speaker id of these groups (``"7001"`` -> ``"flite kal"``), else ``None``."""
-    for engine, base in _SPEAKER_BASE.items():
-        index = int(speaker) - base if speaker.isdigit() else -1
-        if 0 <= index < len(_VOICES[engine]):
-            return f"{engine} {_VOICES[engine][index]}"
-    return None
+def voice_of(group: str, speaker: str) -> str | None:
+    """The voice behind a speaker id of an engine's group (``("flite", "7001")`` -> ``"kal"``), else
+    ``None`` (other groups' ids are their own: eSpeak's run into the same numbers)."""
+    index = int(speaker) - _SPEAKER_BASE[group] if group in _SPEAKER_BASE and speaker.isdigit() else -1
+    return _VOICES[group][index] if 0 <= index < len(_VOICES[group]) else None
 
 
 class EngineMissing(RuntimeError):

@@ -55,7 +55,7 @@ def evaluate(transcriber: Transcriber, devsets: Path, group: str, by_speaker: bo
     if by_speaker:
         speakers: dict[str, list[int]] = {}
         for i, u in enumerate(utterances):
-            speakers.setdefault(voice_of(u.speaker or "") or str(u.speaker), []).append(i)
+            speakers.setdefault(voice_of(group, u.speaker or "") or str(u.speaker), []).append(i)
         result["speakers"] = {
             name: {"utterances": len(items), **speech_metrics([references[i] for i in items], [hypotheses[i] for i in items])}
             for name, items in sorted(speakers.items())
