@@ -97,6 +97,11 @@ STAGE_TWO["HS"] = ("H with the speller grown to 512 units (grow_recognizer.py fr
     *STAGE_TWO["H"][1], "--model.las.speller_hidden", "512"])
 STAGE_TWO["HF"] = ("H with another voice for a quarter of the utterances: pitch +5 to +12 semitones, formants x1.14-1.26 "
                    "(Flite's and Festival's worst voice is the female slt)", [*STAGE_TWO["H"][1], "--data.augment.voice_shift_prob", "0.25"])
+_VOICES_LIGHTER = [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0001", "--data.augment.voice_shift_prob", "0.15"]
+STAGE_TWO["HV"] = ("H's end (its cosine done) going on with another voice for 15% of the utterances, a new cosine peaking at 1e-4 "
+                   "(from H's export)", _VOICES_LIGHTER)
+STAGE_TWO["HFV"] = ("HF's end going on with another voice for 15% of the utterances (not 25%), a new cosine peaking at 1e-4 "
+                    "(from HF's export)", _VOICES_LIGHTER)
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
