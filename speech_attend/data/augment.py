@@ -65,8 +65,8 @@ __all__ = [
 _FRAME_SECONDS = 0.01
 _ACTIVE_DB = -40.0  # a frame within 40 dB of the speech level (95th percentile frame) is active speech
 _NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f**beta
-_CHANCES = ("voice_shift_prob", "speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob", "gain_prob", "dc_prob",
-            "quantize_prob", "non_speech_prob")
+_CHANCES = ("voice_shift_prob", "speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob",
+            "gain_prob", "dc_prob", "quantize_prob", "non_speech_prob")
 _NON_SPEECH = ("noise", "hum", "tones", "floor")
 
 
@@ -108,8 +108,9 @@ class AugmentConfig:
         for name in (*_CHANCES, "babble_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
-        for name in ("voice_semitones", "voice_formant_ratio", "speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds", "direct_to_reverb_db", "snr_db",
-                     "babble_talkers", "telephone_band", "gain_db", "dc_offset", "quantize_bits", "non_speech_dbfs"):
+        for name in ("voice_semitones", "voice_formant_ratio", "speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds",
+                     "direct_to_reverb_db", "snr_db", "babble_talkers", "telephone_band", "gain_db", "dc_offset", "quantize_bits",
+                     "non_speech_dbfs"):
             low, high = getattr(self, name)
             if low > high:
                 raise ValueError(f"{name} must be (low, high) with low <= high, got {getattr(self, name)}")
