@@ -12,7 +12,10 @@ with ``trans.txt``, listed with a description in ``DIR/devsets.json``):
 - ``flite``, ``festival``: engines never used for training (``scripts/engine_devset.py``;
   skipped, with a note, when the Debian packages are missing, or with ``--no-engines``);
 - ``espeak_babble10``: the clips of ``espeak_unseen`` with babble of 3 to 7 of the others at 10 dB SNR;
-- ``espeak_reverb``: the clips of ``espeak_unseen`` in simulated rooms (RT60 0.3 to 0.8 s).
+- ``espeak_reverb``: the clips of ``espeak_unseen`` in simulated rooms (RT60 0.3 to 0.8 s);
+- ``human_alsa``: human speech, the 8 spoken clips of alsa-utils' speaker test (one woman: "front
+  left", "rear center" and the like; a real recording found in a package, so evaluation only),
+  their words taken from their file names (skipped, with a note, when alsa-utils is missing).
 
 Score a model on all of them with ``scripts/eval_speech.py --ckpt CKPT --devsets DIR``.
 """
@@ -42,6 +45,8 @@ _BABBLE_SNR_DB = 10.0
 _RT60 = (0.3, 0.8)
 _DIRECT_TO_REVERB_DB = (0.0, 6.0)
 _MAX_PEAK = 0.98
+ALSA_SOUNDS = Path("/usr/share/sounds/alsa")  # alsa-utils' speaker-test clips
+_ALSA_CLIPS = ["Front_Left", "Front_Center", "Front_Right", "Rear_Left", "Rear_Center", "Rear_Right", "Side_Left", "Side_Right"]
 
 
 def _spoken_group(out: Path, name: str, engine: str, count: int, seed: int) -> None:
@@ -69,6 +74,24 @@ def _derived_group(out: Path, source: str, name: str, seed: int, condition) -> N
         sf.write(out / name / path.relative_to(out / source), changed, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
 
 
+def _human_group(out: Path, name: str, sounds: Path) -> bool:
+    """alsa-utils' spoken clips in ``sounds`` as group ``name`` (one speaker), each clip's words its
+    file name's (``Front_Left.wav``: "FRONT LEFT"); False, writing nothing, when any is missing."""
+    clips = [sounds / f"{clip}.wav" for clip in _ALSA_CLIPS]
+    if not all(path.is_file() for path in clips):
+        return False
+    chapter = out / name / "1" / "1"
+    shutil.rmtree(out / name, ignore_errors=True)
+    chapter.mkdir(parents=True)
+    lines = []
+    for i, path in enumerate(clips):
+        utterance = f"1-1-{i:04d}"
+        sf.write(chapter / f"{utterance}.flac", load_audio(path, SAMPLE_RATE).numpy(), SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+        lines.append(f"{utterance} {path.stem.replace('_', ' ').upper()}")
+    (chapter / "1-1.trans.txt").write_text("\n".join(lines) + "\n")
+    return True
+
+
 def _with_babble(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
     talkers = 3 + int(torch.randint(5, (), generator=generator))  # 3 to 7
     chosen = [others[int(j)] for j in torch.randint(len(others), (talkers,), generator=generator)]
@@ -84,8 +107,9 @@ def _in_a_room(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.
     return wet * (wave.abs().max() / wet.abs().max().clamp_min(1e-9))  # the clip's own peak level
 
 
-def build(out: Path, per_group: int, seed: int, engines: bool = True) -> dict[str, str]:
-    """Write every group into ``out``; returns name -> description (also in ``out/devsets.json``)."""
+def build(out: Path, per_group: int, seed: int, engines: bool = True, human: Path | None = ALSA_SOUNDS) -> dict[str, str]:
+    """Write every group into ``out``; returns name -> description (also in ``out/devsets.json``).
+    ``human`` is the folder of alsa-utils' speaker-test clips (None: no ``human_alsa`` group)."""
     engine_devset.check_output_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     groups = {}
@@ -107,6 +131,11 @@ def build(out: Path, per_group: int, seed: int, engines: bool = True) -> dict[st
         groups["espeak_babble10"] = "espeak_unseen with babble of 3 to 7 other clips at 10 dB SNR"
         _derived_group(out, "espeak_unseen", "espeak_reverb", seed + 1, _in_a_room)
         groups["espeak_reverb"] = "espeak_unseen in simulated rooms, RT60 0.3 to 0.8 s"
+    if human is not None:
+        if _human_group(out, "human_alsa", human):
+            groups["human_alsa"] = "human speech: alsa-utils' 8 speaker-test clips (one woman, 'front left' and the like)"
+        else:
+            print(f"human_alsa skipped: no alsa-utils speaker-test clips in {human} (apt-get install alsa-utils)")
     engine_devset.mark(out, groups)
     return groups
 

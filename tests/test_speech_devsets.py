@@ -28,7 +28,7 @@ NO_ENGINES = "flite and festival are Debian packages (apt-get install flite fest
 @pytest.fixture(scope="module")
 def devsets(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("devsets") / "groups"
-    speech_devsets.build(out, per_group=2, seed=0, engines=HAVE_ENGINES)
+    speech_devsets.build(out, per_group=2, seed=0, engines=HAVE_ENGINES, human=None)
     return out
 
 
@@ -103,3 +103,31 @@ def test_eval_speech_prints_a_table_of_every_group(devsets, tmp_path, capsys):
     assert set(group["speakers"]) == speakers and sum(s["utterances"] for s in group["speakers"].values()) == group["utterances"]
     assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def _fake_alsa_sounds(folder: Path, clips: list[str]) -> Path:
+    """alsa-utils' layout: 48 kHz 16-bit mono WAVs named by the words they speak."""
+    folder.mkdir()
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(48000) / 48000)
+    for clip in clips:
+        sf.write(folder / f"{clip}.wav", tone, 48000, subtype="PCM_16")
+    return folder
+
+
+def test_human_group_takes_each_alsa_clip_s_words_from_its_name(tmp_path):
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS + ["Noise"])
+    out = tmp_path / "groups"
+    groups = speech_devsets.build(out, per_group=1, seed=0, engines=False, human=sounds)
+    assert "human_alsa" in groups and "human_alsa" in json.loads((out / "devsets.json").read_text())["groups"]
+    utterances = read_librispeech(out, ["human_alsa"])
+    assert [u.text for u in utterances] == ["FRONT LEFT", "FRONT CENTER", "FRONT RIGHT", "REAR LEFT", "REAR CENTER",
+                                            "REAR RIGHT", "SIDE LEFT", "SIDE RIGHT"]  # Noise.wav speaks no words
+    wave, rate = sf.read(utterances[0].audio_path)
+    assert rate == 16000 and len(wave) == 16000  # resampled from 48 kHz, one second
+
+
+def test_human_group_without_alsa_utils_is_left_out_with_a_note(tmp_path, capsys):
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS[:3])  # a partial install
+    groups = speech_devsets.build(tmp_path / "groups", per_group=1, seed=0, engines=False, human=sounds)
+    assert "human_alsa" not in groups and not (tmp_path / "groups" / "human_alsa").exists()
+    assert "human_alsa skipped" in capsys.readouterr().out
