@@ -102,6 +102,11 @@ STAGE_TWO["HV"] = ("H's end (its cosine done) going on with another voice for 15
                    "(from H's export)", _VOICES_LIGHTER)
 STAGE_TWO["HFV"] = ("HF's end going on with another voice for 15% of the utterances (not 25%), a new cosine peaking at 1e-4 "
                     "(from HF's export)", _VOICES_LIGHTER)
+STAGE_TWO["HFC"] = ("HFV's end going on with its conditions, a new cosine peaking at 1e-4 (from HFV's export; HFE's control)",
+                    _VOICES_LIGHTER)
+STAGE_TWO["HFE"] = ("HFC with another timbre for 30% of the utterances: a smooth random equaliser, tilt -2..2 dB an octave "
+                    "and 1-3 peaks or dips of -8..8 dB (Flite's worst voices are its vocoded ones, rms and slt)",
+                    [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.3"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and

@@ -17,6 +17,7 @@ from speech_attend.data.augment import (
     babble,
     change_speed,
     coloured_noise,
+    equalize,
     low_sample_rate,
     non_speech,
     pad_silence,
@@ -282,8 +283,31 @@ def test_the_voice_shift_never_draws_the_held_out_piper_shifts(monkeypatch):
     assert max(PIPER_SEMITONES) < AugmentConfig().voice_semitones[0] and max(PIPER_FORMANT_RATIOS) < AugmentConfig().voice_formant_ratio[0]
 
 
+def _tone_gain_db(out: torch.Tensor, wave: torch.Tensor, hz: float) -> float:
+    return 20 * math.log10(_band_energy(out, hz - 5, hz + 5) ** 0.5 / _band_energy(wave, hz - 5, hz + 5) ** 0.5)
+
+
+def test_the_timbre_equaliser_tilts_by_its_db_per_octave_and_adds_its_peaks():
+    t = torch.arange(SR) / SR
+    wave = sum(0.1 * torch.sin(2 * math.pi * hz * t) for hz in (250.0, 1000.0, 4000.0))
+    tilted = equalize(wave, SR, tilt_db=2.0)
+    assert [_tone_gain_db(tilted, wave, hz) for hz in (250.0, 1000.0, 4000.0)] == pytest.approx([-4.0, 0.0, 4.0], abs=0.05)
+    peaked = equalize(wave, SR, tilt_db=0.0, bands=[(1000.0, 8.0, 0.3)])
+    assert [_tone_gain_db(peaked, wave, hz) for hz in (250.0, 1000.0, 4000.0)] == pytest.approx([0.0, 8.0, 0.0], abs=0.05)
+
+
+def test_the_timbre_condition_changes_the_spectrum_not_the_length():
+    wave = _speechlike()
+    only = AugmentConfig(**{**_ONLY_VOICE, "voice_shift_prob": 0, "timbre_prob": 1})
+    out, lengths = augment_batch(wave[None], torch.tensor([SR]), only, SR, _gen())
+    assert lengths.tolist() == [SR] and torch.isfinite(out).all() and not torch.allclose(out, wave[None], atol=1e-3)
+    unchanged, _ = augment_batch(wave[None], torch.tensor([SR]), replace_config(only, timbre_prob=0), SR, _gen())
+    assert torch.equal(unchanged, wave[None])
+
+
 @pytest.mark.parametrize("field, bad", [("voice_semitones", (5.0, 30.0)), ("voice_formant_ratio", (0.0, 1.2)),
-                                        ("dc_offset", (-0.3, 1.5)), ("quantize_bits", (8, 30))])
+                                        ("dc_offset", (-0.3, 1.5)), ("quantize_bits", (8, 30)), ("timbre_bands", (-1, 2)),
+                                        ("timbre_band_octaves", (0.0, 1.0)), ("timbre_tilt_db", (2.0, -2.0))])
 def test_ranges_outside_their_bounds_are_refused(field, bad):
     with pytest.raises(ValueError, match=field):
         AugmentConfig(**{field: bad})

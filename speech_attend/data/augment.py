@@ -9,16 +9,18 @@ in this order:
    voice in the range of women's and children's, which the built-in speakers barely cover (piper's
    one male voice spans -4 to +4 semitones and formant ratios 0.88 to 1.12, whose held-out shifts
    these ranges never touch);
-1. speed: resampled by a factor in ``speed_range`` (tempo and pitch change together);
-2. silence: random leading and trailing pads with a low noise floor (never digital zero);
-3. reverberation: convolution with a simulated room impulse response, a direct-path impulse
+1. timbre: a smooth random equaliser (:func:`equalize`: a spectral tilt and a few broad peaks or
+   dips), as another microphone, vocal tract or vocoder colours a voice;
+2. speed: resampled by a factor in ``speed_range`` (tempo and pitch change together);
+3. silence: random leading and trailing pads with a low noise floor (never digital zero);
+4. reverberation: convolution with a simulated room impulse response, a direct-path impulse
    followed by exponentially decaying noise, ``n(t) exp(-6.9 t / RT60)``;
-4. noise: coloured (white, pink or brown) or babble (the sum of 3 to 7 other utterances of the
+5. noise: coloured (white, pink or brown) or babble (the sum of 3 to 7 other utterances of the
    batch), at an SNR measured on the utterance's active speech;
-5. channel: a telephone band (300 to 3400 Hz), or a low sample rate (down to 8 kHz and back);
-6. gain (down to -50 dB: a microphone set far too low) and a constant offset (DC, as cheap sound
+6. channel: a telephone band (300 to 3400 Hz), or a low sample rate (down to 8 kHz and back);
+7. gain (down to -50 dB: a microphone set far too low) and a constant offset (DC, as cheap sound
    cards add), then scaling down (never clipping) any utterance whose peak would exceed 1;
-7. bit depth: rounding to the sample grid of an 8- to 16-bit file, which is what a quiet 16-bit
+8. bit depth: rounding to the sample grid of an 8- to 16-bit file, which is what a quiet 16-bit
    recording loses (at -50 dB its speech spans a few hundred of the 65,536 steps).
 
 Besides, a few utterances are replaced by a sound that holds no speech (coloured noise, mains hum,
@@ -48,6 +50,7 @@ __all__ = [
     "AugmentConfig",
     "augment_batch",
     "AugmentedCollate",
+    "equalize",
     "change_speed",
     "pad_silence",
     "room_impulse_response",
@@ -65,9 +68,10 @@ __all__ = [
 _FRAME_SECONDS = 0.01
 _ACTIVE_DB = -40.0  # a frame within 40 dB of the speech level (95th percentile frame) is active speech
 _NOISE_COLOURS = {"white": 0.0, "pink": 1.0, "brown": 2.0}  # power spectrum ~ 1 / f**beta
-_CHANCES = ("voice_shift_prob", "speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob",
+_CHANCES = ("voice_shift_prob", "timbre_prob", "speed_prob", "silence_prob", "reverb_prob", "noise_prob", "telephone_prob", "low_rate_prob",
             "gain_prob", "dc_prob", "quantize_prob", "non_speech_prob")
 _NON_SPEECH = ("noise", "hum", "tones", "floor")
+_TIMBRE_CENTRES_HZ = (150.0, 6000.0)  # where a peak or dip of the equaliser may sit (drawn log-uniformly)
 
 
 @dataclass
@@ -77,6 +81,11 @@ class AugmentConfig:
     voice_shift_prob: float = 0.0  # chance of another voice (pitch and formants raised), before every other condition
     voice_semitones: tuple[float, float] = (5.0, 12.0)  # its pitch shift
     voice_formant_ratio: tuple[float, float] = (1.14, 1.26)  # its formant shift
+    timbre_prob: float = 0.0  # chance of another timbre: a smooth random equaliser, after the voice
+    timbre_tilt_db: tuple[float, float] = (-2.0, 2.0)  # its spectral tilt, dB per octave (around 1 kHz)
+    timbre_bands: tuple[int, int] = (1, 3)  # its peaks and dips, how many
+    timbre_band_db: tuple[float, float] = (-8.0, 8.0)  # each one's gain
+    timbre_band_octaves: tuple[float, float] = (0.3, 1.0)  # each one's width (a Gaussian's deviation on the octave scale)
     speed_prob: float = 0.5  # chance of a speed change
     speed_range: tuple[float, float] = (0.9, 1.1)  # factor, above 1 is faster (shorter); steps of 0.01
     silence_prob: float = 0.5  # chance of leading and trailing silence
@@ -108,7 +117,8 @@ class AugmentConfig:
         for name in (*_CHANCES, "babble_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {getattr(self, name)}")
-        for name in ("voice_semitones", "voice_formant_ratio", "speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds",
+        for name in ("voice_semitones", "voice_formant_ratio", "timbre_tilt_db", "timbre_bands", "timbre_band_db",
+                     "timbre_band_octaves", "speed_range", "silence_seconds", "floor_dbfs", "rt60_seconds",
                      "direct_to_reverb_db", "snr_db", "babble_talkers", "telephone_band", "gain_db", "dc_offset", "quantize_bits",
                      "non_speech_dbfs"):
             low, high = getattr(self, name)
@@ -117,6 +127,9 @@ class AugmentConfig:
         if not (-24 <= self.voice_semitones[0] and self.voice_semitones[1] <= 24) or self.voice_formant_ratio[0] <= 0:
             raise ValueError(f"voice_semitones must lie in [-24, 24] and voice_formant_ratio be positive, got "
                              f"{self.voice_semitones} and {self.voice_formant_ratio}")
+        if self.timbre_bands[0] < 0 or self.timbre_band_octaves[0] <= 0:
+            raise ValueError(f"timbre_bands must be >= 0 and timbre_band_octaves positive, got {self.timbre_bands} and "
+                             f"{self.timbre_band_octaves}")
         if self.speed_range[0] <= 0 or self.rt60_seconds[0] <= 0 or self.silence_seconds[0] < 0 or self.babble_talkers[0] < 1:
             raise ValueError(f"speed factors and RT60 must be positive, silence >= 0 and babble talkers >= 1, got {self}")
         if not (-1.0 < self.dc_offset[0] and self.dc_offset[1] < 1.0):
@@ -270,6 +283,26 @@ def add_noise(wave: torch.Tensor, noise: torch.Tensor, snr_db: float, sample_rat
     return wave + noise * scale
 
 
+def equalize(wave: torch.Tensor, sample_rate: int, tilt_db: float, bands: list[tuple[float, float, float]] = ()) -> torch.Tensor:
+    """``wave`` `(T,)` through a smooth zero-phase equaliser: `(T,)`. Its gain in dB at frequency
+    ``f``, on the octave scale ``o = log2(f / 1 kHz)``, is ``tilt_db * o`` plus, for each band
+    ``(centre Hz, gain dB, width octaves)``, ``gain * exp(-(o - o_centre)**2 / (2 width**2))``."""
+    freqs = torch.fft.rfftfreq(wave.numel(), 1 / sample_rate).clamp_min(20.0)  # DC as 20 Hz: the front end removes it anyway
+    octaves = torch.log2(freqs / 1000.0)
+    gain_db = tilt_db * octaves
+    for centre, gain, width in bands:
+        gain_db = gain_db + gain * torch.exp(-0.5 * ((octaves - math.log2(centre / 1000.0)) / width) ** 2)
+    return torch.fft.irfft(torch.fft.rfft(wave) * 10 ** (gain_db / 20), n=wave.numel())
+
+
+def _timbre(wave: torch.Tensor, rate: int, config: AugmentConfig, generator) -> torch.Tensor:
+    low, high = config.timbre_bands
+    bands = [(_TIMBRE_CENTRES_HZ[0] * (_TIMBRE_CENTRES_HZ[1] / _TIMBRE_CENTRES_HZ[0]) ** _uniform((0.0, 1.0), generator),
+              _uniform(config.timbre_band_db, generator), _uniform(config.timbre_band_octaves, generator))
+             for _ in range(low + _pick(high - low + 1, generator))]
+    return equalize(wave, rate, _uniform(config.timbre_tilt_db, generator), bands)
+
+
 def telephone_band(wave: torch.Tensor, sample_rate: int, band: tuple[float, float] = (300.0, 3400.0)) -> torch.Tensor:
     """Keep only the frequencies inside ``band`` (Hz) of ``wave`` `(T,)`, as a telephone line does."""
     spectrum = torch.fft.rfft(wave)
@@ -329,6 +362,8 @@ def _noise(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: Au
 def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: AugmentConfig, rate: int, generator) -> torch.Tensor:
     if _chance(config.voice_shift_prob, generator):
         wave = shift_voice(wave, rate, _uniform(config.voice_semitones, generator), _uniform(config.voice_formant_ratio, generator))
+    if _chance(config.timbre_prob, generator):
+        wave = _timbre(wave, rate, config, generator)
     if _chance(config.speed_prob, generator):
         wave = change_speed(wave, round(_uniform(config.speed_range, generator), 2))
     if _chance(config.silence_prob, generator):
