@@ -287,17 +287,24 @@ def equalize(wave: torch.Tensor, sample_rate: int, tilt_db: float, bands: list[t
     """``wave`` `(T,)` through a smooth zero-phase equaliser: `(T,)`. Its gain in dB at frequency
     ``f``, on the octave scale ``o = log2(f / 1 kHz)``, is ``tilt_db * o`` plus, for each band
     ``(centre Hz, gain dB, width octaves)``, ``gain * exp(-(o - o_centre)**2 / (2 width**2))``."""
-    freqs = torch.fft.rfftfreq(wave.numel(), 1 / sample_rate).clamp_min(20.0)  # DC as 20 Hz: the front end removes it anyway
-    octaves = torch.log2(freqs / 1000.0)
+    freqs = torch.fft.rfftfreq(wave.numel(), 1 / sample_rate)
+    octaves = torch.log2(freqs.clamp_min(20.0) / 1000.0)  # DC as 20 Hz: the front end removes it anyway
     gain_db = tilt_db * octaves
     for centre, gain, width in bands:
         gain_db = gain_db + gain * torch.exp(-0.5 * ((octaves - math.log2(centre / 1000.0)) / width) ** 2)
-    return torch.fft.irfft(torch.fft.rfft(wave) * 10 ** (gain_db / 20), n=wave.numel())
+    return _zero_phase(wave, 10 ** (gain_db / 20))
+
+
+def _zero_phase(wave: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+    """``wave`` `(T,)` with its spectrum multiplied by ``response`` `(T // 2 + 1,)`, a real gain per
+    ``torch.fft.rfftfreq`` bin: `(T,)`."""
+    return torch.fft.irfft(torch.fft.rfft(wave) * response, n=wave.numel())
 
 
 def _timbre(wave: torch.Tensor, rate: int, config: AugmentConfig, generator) -> torch.Tensor:
     low, high = config.timbre_bands
-    bands = [(_TIMBRE_CENTRES_HZ[0] * (_TIMBRE_CENTRES_HZ[1] / _TIMBRE_CENTRES_HZ[0]) ** _uniform((0.0, 1.0), generator),
+    lowest_hz, highest_hz = _TIMBRE_CENTRES_HZ
+    bands = [(lowest_hz * (highest_hz / lowest_hz) ** _uniform((0.0, 1.0), generator),  # log-uniform centre
               _uniform(config.timbre_band_db, generator), _uniform(config.timbre_band_octaves, generator))
              for _ in range(low + _pick(high - low + 1, generator))]
     return equalize(wave, rate, _uniform(config.timbre_tilt_db, generator), bands)
@@ -305,10 +312,8 @@ def _timbre(wave: torch.Tensor, rate: int, config: AugmentConfig, generator) -> 
 
 def telephone_band(wave: torch.Tensor, sample_rate: int, band: tuple[float, float] = (300.0, 3400.0)) -> torch.Tensor:
     """Keep only the frequencies inside ``band`` (Hz) of ``wave`` `(T,)`, as a telephone line does."""
-    spectrum = torch.fft.rfft(wave)
     freqs = torch.fft.rfftfreq(wave.numel(), 1 / sample_rate)
-    spectrum = spectrum * ((freqs >= band[0]) & (freqs <= band[1]))
-    return torch.fft.irfft(spectrum, n=wave.numel())
+    return _zero_phase(wave, ((freqs >= band[0]) & (freqs <= band[1])).to(wave.dtype))
 
 
 def low_sample_rate(wave: torch.Tensor, sample_rate: int, low_rate: int) -> torch.Tensor:
