@@ -107,6 +107,10 @@ STAGE_TWO["HFC"] = ("HFV's end going on with its conditions, a new cosine peakin
 STAGE_TWO["HFE"] = ("HFC with another timbre for 30% of the utterances: a smooth random equaliser, tilt -2..2 dB an octave "
                     "and 1-3 peaks or dips of -8..8 dB (Flite's worst voices are its vocoded ones, rms and slt)",
                     [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.3"])
+STAGE_TWO["HFT"] = ("HFE run longer: HFV's end going on with another timbre for 30% of the utterances (from HFV's export)",
+                    STAGE_TWO["HFE"][1])
+STAGE_TWO["HFT15"] = ("HFT with another timbre for 15% of the utterances (not 30%): HFE lost on eSpeak what it won on Flite",
+                      [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.15"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
