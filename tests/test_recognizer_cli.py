@@ -65,6 +65,24 @@ def test_model_options_on_the_command_line_replace_the_checkpoint_s_settings(tra
     assert "--model.features.freq_masks 1: replaces the checkpoint's" in caplog.text
 
 
+def test_a_resumed_fit_takes_the_feature_statistics_from_its_checkpoint_without_reading_audio(trained, monkeypatch):
+    from speech_attend.train.datamodule import SpeechDataModule
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a resumed run read training audio for feature statistics")
+        yield  # a generator, as the method is: only reading a batch fails
+
+    monkeypatch.setattr(SpeechDataModule, "statistics_batches", refuse)
+    out = trained["root"] / "resumed"
+    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]),
+                 "--trainer.default_root_dir", str(out), "--trainer.max_steps", "4", "--ckpt_path", str(trained["ckpt"])])
+    assert code == 0
+    saved, resumed = (torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+                      for path in (trained["ckpt"], next(out.rglob("last.ckpt"))))
+    for key in ("model.frontend.norm.mean", "model.frontend.norm.frames"):
+        assert torch.equal(saved[key], resumed[key])
+
+
 def _model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
     return {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}

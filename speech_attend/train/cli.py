@@ -17,8 +17,8 @@ __all__ = ["DataToModel", "RecognizerCLI", "fit_validate_test"]
 
 class DataToModel(pl.Callback):
     """What the recognizer and its data module take from each other when a run starts: the
-    feature statistics and the longest utterance of the training audio go to the model (``fit``),
-    and the model's shortest decodable clip (one listener frame) to the data module."""
+    feature statistics (a new run only) and the longest utterance of the training audio go to the
+    model (``fit``), and the model's shortest decodable clip (one listener frame) to the data module."""
 
     def setup(self, trainer: pl.Trainer, pl_module: RecognizerModule, stage: str) -> None:
         datamodule = trainer.datamodule
@@ -27,6 +27,11 @@ class DataToModel(pl.Callback):
         datamodule.set_min_samples(pl_module.model.min_samples())  # a shorter clip is skipped and logged, not fatal
         if stage == "fit":
             pl_module.set_longest_utterance(max(datamodule.training_durations()))
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: RecognizerModule) -> None:
+        # After a resumed run's checkpoint is restored (it is not yet at setup), so its statistics are kept, not recomputed.
+        datamodule = trainer.datamodule
+        if isinstance(datamodule, SpeechDataModule):
             pl_module.set_feature_statistics(datamodule.statistics_batches(pl_module.hparams.statistics_utterances))
 
 
