@@ -13,7 +13,7 @@ from shared import Vocabulary
 from shared.training.model_files import export_folder
 from speech_attend.data.augment import AugmentConfig, augment_batch
 from speech_attend.cli import main as speech_attend
-from speech_attend.model.features import FeatureConfig, FeatureFrontend, normalise_level, remove_dc, speech_level
+from speech_attend.model.features import FeatureConfig, FeatureFrontend, normalise_level, remove_dc, sample_step, speech_level
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
 from speech_attend.infer.transcribe import APP, Transcriber, is_silent
 
@@ -50,7 +50,9 @@ def random_model(tmp_path_factory):
 def test_dc_offset_and_gain_leave_the_features_unchanged(tiny_synth):
     clean = torch.tensor(_speech(tiny_synth), dtype=torch.float32)[None]
     lengths = torch.tensor([clean.size(1)])
-    frontend = FeatureFrontend(FeatureConfig(freq_masks=0, time_masks=0)).eval()
+    # The clip is 16-bit and its changed copies float: without the rounding step, which takes only
+    # the first's rounding noise out (tested below), their features are the same.
+    frontend = FeatureFrontend(FeatureConfig(freq_masks=0, time_masks=0, rounding_noise=0.0)).eval()
     reference, _ = frontend(clean, lengths)
     for changed in (0.5 * clean + 0.4, clean + 0.3, clean - 0.3, clean * _dbfs_gain(-20), clean * _dbfs_gain(-50)):
         features, _ = frontend(changed, lengths)
@@ -119,6 +121,52 @@ def test_the_noise_floor_is_not_saved_and_old_models_load_without_it():
     assert FeatureConfig.from_saved({"n_mels": 80, "remove_dc": True, "level_dbfs": -20.0}).noise_floor_dbfs is None
     with pytest.raises(ValueError, match="noise_floor_dbfs"):
         FeatureConfig(noise_floor_dbfs=3.0)
+
+
+def test_the_rounding_step_is_read_off_the_samples_of_8_to_16_bit_audio():
+    generator = torch.Generator().manual_seed(0)
+    waves = torch.rand(5, 4000, generator=generator) * 1.6 - 0.8
+    for row, bits in ((1, 16), (2, 12), (3, 8)):
+        waves[row] = torch.round(waves[row] * 2 ** (bits - 1)) / 2 ** (bits - 1)
+    waves[4] = torch.round(waves[4] * 2 ** 15) / 2 ** 15
+    waves[4, 3000:] = 0.123456  # past its length: padding, not its samples
+    steps = sample_step(waves, torch.tensor([4000, 4000, 4000, 4000, 3000]))
+    torch.testing.assert_close(steps, torch.tensor([0.0, 2.0**-15, 2.0**-11, 2.0**-7, 2.0**-15]), rtol=0, atol=0)
+
+
+def _as_16_bit_file(wave: np.ndarray, tmp_path, name: str) -> torch.Tensor:
+    """``wave`` written as a 16-bit WAV and read back, as a sound card stores it: `(1, N)`."""
+    sf.write(tmp_path / f"{name}.wav", np.clip(wave, -1, 1), RATE, subtype="PCM_16")
+    return torch.tensor(sf.read(tmp_path / f"{name}.wav", dtype="float32")[0])[None]
+
+
+def test_subtracting_the_rounding_noise_brings_a_quiet_16_bit_file_closer_to_the_clean_one(tiny_synth, tmp_path):
+    speech = _speech(tiny_synth)
+    clean = _as_16_bit_file(speech, tmp_path, "clean")
+    quiet = _as_16_bit_file(speech * _dbfs_gain(-50), tmp_path, "quiet")  # a microphone's gain 50 dB too low
+    lengths = torch.tensor([clean.size(1)])
+
+    def distance(rounding_noise):
+        frontend = FeatureFrontend(FeatureConfig(rounding_noise=rounding_noise))
+        return float((frontend._logmel(clean, lengths)[0] - frontend._logmel(quiet, lengths)[0]).abs().mean())
+
+    assert distance(1.5) < 0.85 * distance(0.0)
+
+
+def test_subtracting_the_rounding_noise_leaves_files_at_a_good_level_and_off_grid_audio_as_they_were(tiny_synth, tmp_path):
+    speech = _speech(tiny_synth)
+    on_grid = _as_16_bit_file(speech, tmp_path, "clean")
+    off_grid = torch.tensor(speech * _dbfs_gain(-50), dtype=torch.float32)[None]  # float audio: no grid, no rounding noise
+    lengths = torch.tensor([on_grid.size(1)])
+    with_it, without = FeatureFrontend(FeatureConfig()), FeatureFrontend(FeatureConfig(rounding_noise=0.0))
+    assert with_it.config.rounding_noise > 0  # on by default, also for models saved before it (only quiet files change)
+    assert FeatureConfig.from_saved({"n_mels": 80}).rounding_noise == with_it.config.rounding_noise
+    change = (with_it._logmel(on_grid, lengths)[0] - without._logmel(on_grid, lengths)[0]).abs()
+    assert float(change.max()) < 0.1 and float(change.mean()) < 0.005  # log power: at most 0.4 dB in a band
+    assert torch.equal(with_it._logmel(off_grid, lengths)[0], without._logmel(off_grid, lengths)[0])
+    for bad in ({"rounding_noise": -1.0}, {"rounding_floor": 0.0}, {"rounding_floor": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            FeatureConfig(**bad)
 
 
 def test_training_conditions_draw_offsets_and_gains_down_to_minus_50_db():

@@ -1,4 +1,4 @@
-"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel over a noise floor -> global normalisation -> SpecAugment.
+"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel, less a quiet file's rounding noise -> global normalisation -> SpecAugment.
 
 Recordings come with a constant offset (cheap sound cards, some phones) and at any level (a
 microphone's gain set too low). Before the log-mel, each utterance loses its mean (DC) and is
@@ -15,6 +15,18 @@ gets the expected power of white noise at that level added (a deterministic dith
 
 with ``w`` the analysis window and ``F`` the mel filterbank (``E|X_k|^2 = sigma^2 sum_n w_n^2``
 for white noise of variance ``sigma^2``).
+
+That floor hides the quiet file's noise by putting it in every file. ``rounding_noise`` takes it
+out of the quiet file instead, where it is known: a file whose samples all lie on the grid of a
+``b``-bit file (step ``q = 2^(1-b)``, 8 <= b <= 16) holds white rounding noise of variance
+``q^2 / 12``, which the level gain ``g`` scales by ``g^2``. Each mel band's power loses
+``rounding_noise`` times its expected share (spectral subtraction, Boll 1979), down to at most
+the fraction ``rounding_floor`` of itself:
+
+    P'_m = max(P_m - rounding_noise * (g q)^2 / 12 * sum_n w_n^2 * sum_k F_km,  rounding_floor * P_m)
+
+A file at a good level barely changes (its rounding sits about 80 dB under its speech); audio off
+every grid (resampled, decoded from MP3, augmented) does not change at all.
 
 The whole front end lives inside the model, so training, validation and ``transcribe`` share
 one code path, and the feature settings and the training-set statistics travel with every
@@ -36,7 +48,7 @@ from torchaudio.transforms import MelSpectrogram
 from shared import lengths_to_mask
 
 
-__all__ = ["FeatureConfig", "remove_dc", "speech_level", "normalise_level", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
+__all__ = ["FeatureConfig", "remove_dc", "speech_level", "level_gain", "normalise_level", "sample_step", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
 
 # The loudest sample the front end takes, as the audio readers (speech_attend.data.audio): past it
 # the frame powers of the level step overflow, and such input is not audio but a broken file.
@@ -48,6 +60,7 @@ _BEFORE_LEVEL_STEPS = {"remove_dc": False, "level_dbfs": None}
 _LEVEL_FRAME_MS = 10.0  # frames over which the speech level is measured
 _LEVEL_PERCENTILE = 0.95  # loud speech, whatever the share of pauses
 _LEVEL_FLOOR = 1e-10  # frame power (-100 dBFS) below which a waveform is not amplified further
+_GRID_BITS = range(16, 7, -1)  # the bit depths whose rounding noise is subtracted: 16 down to 8
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,8 @@ class FeatureConfig:
     remove_dc: bool = True  # subtract each utterance's mean sample (a constant offset) first
     level_dbfs: float | None = -20.0  # scale each utterance's speech level to this (None: keep the level)
     noise_floor_dbfs: float | None = None  # white-noise power floor under the log-mel, after the level step (None: none)
+    rounding_noise: float = 1.5  # times a file's expected rounding noise subtracted from each mel band (0: none)
+    rounding_floor: float = 0.1  # a band keeps at least this fraction of its power after the subtraction
 
     def __post_init__(self):
         if self.sample_rate <= 0 or self.n_mels <= 0 or self.win_ms <= 0 or self.hop_ms <= 0:
@@ -76,6 +91,10 @@ class FeatureConfig:
             raise ValueError(f"level_dbfs must be in [-60, 0] dBFS or None, got {self.level_dbfs}")
         if self.noise_floor_dbfs is not None and not -120.0 <= self.noise_floor_dbfs <= 0.0:
             raise ValueError(f"noise_floor_dbfs must be in [-120, 0] dBFS or None, got {self.noise_floor_dbfs}")
+        if not 0.0 <= self.rounding_noise <= 10.0:
+            raise ValueError(f"rounding_noise must be in [0, 10], got {self.rounding_noise}")
+        if not 0.0 < self.rounding_floor <= 1.0:
+            raise ValueError(f"rounding_floor must be in (0, 1], got {self.rounding_floor}")
 
     @classmethod
     def from_saved(cls, saved: dict | None) -> "FeatureConfig":
@@ -123,18 +142,39 @@ def speech_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: in
     return torch.nanquantile(power, _LEVEL_PERCENTILE, dim=1)
 
 
-def normalise_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int, level_dbfs: float) -> torch.Tensor:
-    """Scale each waveform so that its :func:`speech_level` is ``level_dbfs`` (RMS, full scale 1.0).
+def level_gain(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int, level_dbfs: float) -> torch.Tensor:
+    """The gain that brings each waveform's :func:`speech_level` to ``level_dbfs`` (RMS, full scale 1.0), `(B,)`.
 
     Waveforms quieter than -100 dBFS (digital silence, rounding noise) get at most the gain
     that would bring -100 dBFS to the target, not an unbounded one.
-
-    Returns:
-        torch.Tensor: `(B, N)`.
     """
     level = speech_level(waveforms, lengths, sample_rate).clamp_min(_LEVEL_FLOOR)  # (B,)
-    gain = torch.sqrt(10 ** (level_dbfs / 10) / level)
-    return waveforms * gain[:, None].to(waveforms.dtype)
+    return torch.sqrt(10 ** (level_dbfs / 10) / level)
+
+
+def normalise_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int, level_dbfs: float) -> torch.Tensor:
+    """Scale each waveform by its :func:`level_gain`. `(B, N)` -> `(B, N)`."""
+    return waveforms * level_gain(waveforms, lengths, sample_rate, level_dbfs)[:, None].to(waveforms.dtype)
+
+
+def sample_step(waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each waveform's rounding step, `(B,)`: ``2^(1-b)`` for the fewest bits ``b`` in 8..16 whose
+    grid holds every one of its samples (as a ``b``-bit file's do once read), 0 when none does
+    (24-bit or float audio, or audio resampled or decoded from a lossy format)."""
+    def on_grid(samples: torch.Tensor, valid: torch.Tensor, bits: int) -> torch.Tensor:  # (R, n) -> (R,)
+        scaled = samples.float() * 2.0 ** (bits - 1)
+        return ((scaled - scaled.round()).abs().le(1e-3) | ~valid).all(1)
+
+    valid = lengths_to_mask(lengths, waveforms.size(1))
+    steps = torch.zeros(waveforms.size(0), device=waveforms.device)
+    rows = torch.arange(waveforms.size(0), device=waveforms.device)
+    for bits in _GRID_BITS:  # finest first: a coarser grid lies on every finer one, so a row off one is done
+        rows = rows[on_grid(waveforms[rows, ::16], valid[rows, ::16], bits)]  # every 16th sample rules most rows out
+        rows = rows[on_grid(waveforms[rows], valid[rows], bits)]
+        steps[rows] = 2.0 ** (1 - bits)
+        if rows.numel() == 0:
+            break
+    return steps
 
 
 class LogMel(nn.Module):
@@ -152,15 +192,14 @@ class LogMel(nn.Module):
             config.sample_rate, n_fft=self.win, win_length=self.win, hop_length=self.hop,
             n_mels=config.n_mels, center=False, power=2.0,
         )
-        # The floor follows from the settings, so it is not saved (state dicts stay as they were).
-        self.register_buffer("floor", self.white_noise_power(config), persistent=False)
+        self.rounding_noise, self.rounding_floor = config.rounding_noise, config.rounding_floor
+        # These follow from the settings, so they are not saved (state dicts stay as they were).
+        self.register_buffer("unit_noise", self.white_noise_power(1.0), persistent=False)
+        floor = 0.0 if config.noise_floor_dbfs is None else 10 ** (config.noise_floor_dbfs / 10)
+        self.register_buffer("floor", self.white_noise_power(floor), persistent=False)
 
-    def white_noise_power(self, config: FeatureConfig) -> torch.Tensor:
-        """Each mel band's expected power for white noise at ``config.noise_floor_dbfs``, `(n_mels,)`;
-        zeros without a floor."""
-        if config.noise_floor_dbfs is None:
-            return torch.zeros(config.n_mels)
-        variance = 10 ** (config.noise_floor_dbfs / 10)
+    def white_noise_power(self, variance: float) -> torch.Tensor:
+        """Each mel band's expected power for white noise of ``variance``, `(n_mels,)`."""
         window_energy = self.mel.spectrogram.window.square().sum()
         return variance * window_energy * self.mel.mel_scale.fb.sum(0)  # fb: (n_freqs, n_mels)
 
@@ -168,10 +207,13 @@ class LogMel(nn.Module):
         """Frames for each waveform length `(B,)`; 0 for waveforms shorter than one window."""
         return torch.where(num_samples >= self.win, 1 + (num_samples - self.win) // self.hop, 0)
 
-    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor,
+                rounding_variance: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             waveforms (torch.Tensor): padded audio with shape `(B, N)`.
             lengths (torch.Tensor): samples per waveform `(B,)`.
+            rounding_variance (torch.Tensor, optional): each waveform's rounding noise variance `(B,)`,
+                subtracted from its mel power (times ``rounding_noise``).
 
         Returns:
             (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames per utterance `(B,)`.
@@ -184,6 +226,9 @@ class LogMel(nn.Module):
             waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
         with torch.autocast(waveforms.device.type, enabled=False):  # the FFT wants float32
             power = self.mel(waveforms.float())  # (B, n_mels, T)
+        if rounding_variance is not None and self.rounding_noise > 0:
+            noise = self.rounding_noise * rounding_variance[:, None, None] * self.unit_noise[None, :, None]  # (B, n_mels, 1)
+            power = torch.maximum(power - noise, self.rounding_floor * power)
         features = torch.log(power + self.floor[:, None] + 1e-6).transpose(1, 2)  # (B, T, n_mels)
         frames = self.num_frames(lengths)
         features = features.masked_fill(~lengths_to_mask(frames, features.size(1)).unsqueeze(-1), 0.0)
@@ -312,13 +357,21 @@ class FeatureFrontend(nn.Module):
     def frame_seconds(self) -> float:
         return self.config.hop_ms / 1000
 
-    def condition(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """The waveform steps before the log-mel: DC removal, then the speech level. `(B, N)` -> `(B, N)`."""
+    def condition(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The waveform steps before the log-mel: DC removal, then the speech level.
+
+        Returns:
+            (torch.Tensor, torch.Tensor): the waveforms `(B, N)` and their rounding noise variance
+            after the level gain `(B,)` (0 for audio off every grid, see :func:`sample_step`).
+        """
+        rounding_variance = sample_step(waveforms, lengths).square() / 12  # before the steps move samples off the grid
         if self.config.remove_dc:
             waveforms = remove_dc(waveforms.float(), lengths)
         if self.config.level_dbfs is not None:
-            waveforms = normalise_level(waveforms.float(), lengths, self.config.sample_rate, self.config.level_dbfs)
-        return waveforms
+            gain = level_gain(waveforms.float(), lengths, self.config.sample_rate, self.config.level_dbfs)  # (B,)
+            waveforms = waveforms.float() * gain[:, None]
+            rounding_variance = rounding_variance * gain.square()
+        return waveforms, rounding_variance
 
     def _logmel(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # A non-finite sample is refused by LogMel's check, not spread over the utterance by the steps;
@@ -327,7 +380,8 @@ class FeatureFrontend(nn.Module):
             peak = float(waveforms.abs().max()) if waveforms.numel() else 0.0
             if peak > MAX_AMPLITUDE:
                 raise ValueError(f"samples reach {peak:.3g}, past {MAX_AMPLITUDE:g}; expected audio in about [-1, 1]")
-            waveforms = self.condition(waveforms, lengths)
+            waveforms, rounding_variance = self.condition(waveforms, lengths)
+            return self.logmel(waveforms, lengths, rounding_variance)
         return self.logmel(waveforms, lengths)
 
     @torch.no_grad()
