@@ -165,12 +165,13 @@ def sample_step(waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         scaled = samples.float() * 2.0 ** (bits - 1)
         return ((scaled - scaled.round()).abs().le(1e-3) | ~valid).all(1)
 
-    valid = lengths_to_mask(lengths, waveforms.size(1))
+    positions = torch.arange(waveforms.size(1), device=waveforms.device)
     steps = torch.zeros(waveforms.size(0), device=waveforms.device)
     rows = torch.arange(waveforms.size(0), device=waveforms.device)
     for bits in _GRID_BITS:  # finest first: a coarser grid lies on every finer one, so a row off one is done
-        rows = rows[on_grid(waveforms[rows, ::16], valid[rows, ::16], bits)]  # every 16th sample rules most rows out
-        rows = rows[on_grid(waveforms[rows], valid[rows], bits)]
+        for stride in (16, 1):  # every 16th sample rules most rows out, then every sample decides
+            valid = positions[::stride] < lengths[rows, None]
+            rows = rows[on_grid(waveforms[rows, ::stride], valid, bits)]
         steps[rows] = 2.0 ** (1 - bits)
         if rows.numel() == 0:
             break
@@ -226,7 +227,7 @@ class LogMel(nn.Module):
             waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
         with torch.autocast(waveforms.device.type, enabled=False):  # the FFT wants float32
             power = self.mel(waveforms.float())  # (B, n_mels, T)
-        if rounding_variance is not None and self.rounding_noise > 0:
+        if rounding_variance is not None and self.rounding_noise > 0 and bool(rounding_variance.any()):
             noise = self.rounding_noise * rounding_variance[:, None, None] * self.unit_noise[None, :, None]  # (B, n_mels, 1)
             power = torch.maximum(power - noise, self.rounding_floor * power)
         features = torch.log(power + self.floor[:, None] + 1e-6).transpose(1, 2)  # (B, T, n_mels)
