@@ -365,7 +365,8 @@ class FeatureFrontend(nn.Module):
             (torch.Tensor, torch.Tensor): the waveforms `(B, N)` and their rounding noise variance
             after the level gain `(B,)` (0 for audio off every grid, see :func:`sample_step`).
         """
-        rounding_variance = sample_step(waveforms, lengths).square() / 12  # before the steps move samples off the grid
+        rounding_variance = (sample_step(waveforms, lengths).square() / 12  # before the steps move samples off the grid
+                             if self.config.rounding_noise > 0 else waveforms.new_zeros(waveforms.size(0)))
         if self.config.remove_dc:
             waveforms = remove_dc(waveforms.float(), lengths)
         if self.config.level_dbfs is not None:
