@@ -227,7 +227,7 @@ class LogMel(nn.Module):
             waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
         with torch.autocast(waveforms.device.type, enabled=False):  # the FFT wants float32
             power = self.mel(waveforms.float())  # (B, n_mels, T)
-        if rounding_variance is not None and self.rounding_noise > 0 and bool(rounding_variance.any()):
+        if rounding_variance is not None and self.rounding_noise > 0:  # a variance of 0 leaves the power as it is
             noise = self.rounding_noise * rounding_variance[:, None, None] * self.unit_noise[None, :, None]  # (B, n_mels, 1)
             power = torch.maximum(power - noise, self.rounding_floor * power)
         features = torch.log(power + self.floor[:, None] + 1e-6).transpose(1, 2)  # (B, T, n_mels)
