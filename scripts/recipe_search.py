@@ -111,6 +111,8 @@ STAGE_TWO["HFT"] = ("HFE run longer: HFV's end going on with another timbre for 
                     STAGE_TWO["HFE"][1])
 STAGE_TWO["HFT15"] = ("HFT with another timbre for 15% of the utterances (not 30%): HFE lost on eSpeak what it won on Flite",
                       [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.15"])
+STAGE_TWO["HFS"] = ("HFC with the front end's rounding-noise subtraction (features.rounding_noise, on by default since "
+                    "HFV was trained): HFV's conditions, whose quiet files it now hears as transcribe does", _VOICES_LIGHTER)
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
