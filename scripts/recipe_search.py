@@ -113,6 +113,11 @@ STAGE_TWO["HFT15"] = ("HFT with another timbre for 15% of the utterances (not 30
                       [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.15"])
 STAGE_TWO["HFS"] = ("HFC with the front end's rounding-noise subtraction (features.rounding_noise, on by default since "
                     "HFV was trained): HFV's conditions, whose quiet files it now hears as transcribe does", _VOICES_LIGHTER)
+_AVERAGED = ["--averaging.decay", "0.999"]
+STAGE_TWO["HFA"] = ("HFS run longer, with the weights' moving average (averaging.decay 0.999; its checkpoint keeps the "
+                    "trained weights too, HFA's raw control)", [*_VOICES_LIGHTER, *_AVERAGED])
+STAGE_TWO["HFA2"] = ("HFA with a cosine peaking at 2e-4 (not 1e-4): the average smooths what the larger steps shake",
+                     [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002", "--data.augment.voice_shift_prob", "0.15", *_AVERAGED])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and

@@ -21,6 +21,7 @@ its data module to its model:
   options on the command line replace its settings, as they replace a checkpoint's;
 * the callbacks: :class:`~shared.training.checkpoints.RunCheckpoints` (config key
   ``checkpoint``), :class:`~shared.training.guards.SkipBadSamples` (``bad_samples``),
+  :class:`~shared.training.averaging.WeightAverage` (``averaging``, off unless ``decay`` is set),
   :class:`~shared.training.guards.StopOnNonFinite` and :class:`~shared.training.resume.ExactResume`;
 * atomic checkpoint writes, checkpoints loaded with ``weights_only=True``, and none of the
   warnings a user cannot act on.
@@ -39,6 +40,7 @@ from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
 
+from .averaging import WeightAverage
 from .checkpoints import NAMED_CHECKPOINTS, RunCheckpoints, find_checkpoint, run_version, with_atomic_checkpoints
 from .guards import SkipBadSamples, StopOnNonFinite
 from .model_files import CheckpointError, ModelFiles, load_model_files, safe_torch_load
@@ -89,6 +91,7 @@ class AttendCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(RunCheckpoints, "checkpoint")
         parser.add_lightning_class_args(SkipBadSamples, "bad_samples")
+        parser.add_lightning_class_args(WeightAverage, "averaging")
         parser.add_argument("--init_from", type=Optional[str], default=None,
                             help="start a new run from a trained model's weights: an exported folder or a .ckpt (its settings and "
                                  "vocabulary; a new optimiser at step 0). --ckpt_path resumes a run instead")

@@ -1,0 +1,134 @@
+"""The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume."""
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import yaml
+from torch import nn
+
+from shared.training.averaging import TRAINED_STATE, WeightAverage
+from speech_attend.cli import main as speech_main
+from tiny import tiny_speech_config
+
+
+class Line(pl.LightningModule):
+    """A linear model fitted with plain SGD; it records its weights after each step and at validation."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(3, 1)
+        self.register_buffer("seen", torch.zeros((), dtype=torch.long))  # a counter: never averaged
+        self.after_step: list[torch.Tensor] = []
+        self.validated: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.seen += 1
+        return ((self.layer(x) - y) ** 2).mean()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.after_step.append(self.layer.weight.detach().clone())
+
+    def validation_step(self, batch, batch_idx):
+        self.validated.append(self.layer.weight.detach().clone())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _loader():
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 3, generator=generator)
+    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    return torch.utils.data.DataLoader(data, batch_size=4)  # two steps an epoch
+
+
+def _trainer(tmp_path: Path, averaging: WeightAverage, max_steps: int, **kwargs) -> pl.Trainer:
+    return pl.Trainer(accelerator="cpu", max_steps=max_steps, callbacks=[averaging], logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, **kwargs)
+
+
+def test_the_average_is_the_exponential_moving_average_of_the_weights_after_each_step(tmp_path):
+    module, averaging = Line(), WeightAverage(decay=0.75, start_step=2)
+    _trainer(tmp_path, averaging, max_steps=4).fit(module, _loader())
+    steps = module.after_step  # weights after steps 1..4; the average starts at step 2 from the weights then
+    expected = steps[1]
+    for weights in steps[2:]:
+        expected = 0.75 * expected + 0.25 * weights
+    torch.testing.assert_close(averaging.average["layer.weight"], expected)
+    assert not torch.allclose(expected, steps[-1])  # the average is not simply the last weights
+    torch.testing.assert_close(module.layer.weight.detach(), steps[-1])  # training goes on from the weights themselves
+
+
+def test_validation_scores_the_average_and_training_resumes_from_the_trained_weights(tmp_path):
+    module, averaging = Line(), WeightAverage(decay=0.5)
+    trainer = _trainer(tmp_path, averaging, max_steps=4, val_check_interval=2, num_sanity_val_steps=0, limit_val_batches=1)
+    trainer.fit(module, _loader(), _loader())
+    steps = module.after_step
+    average_at_2 = 0.5 * steps[0] + 0.5 * steps[1]
+    torch.testing.assert_close(module.validated[0], average_at_2)
+    assert not torch.allclose(module.validated[0], steps[1])
+    torch.testing.assert_close(module.layer.weight.detach(), steps[-1])
+
+
+def test_a_checkpoint_holds_the_average_as_its_weights_and_the_trained_weights_beside_them(tmp_path):
+    module, averaging = Line(), WeightAverage(decay=0.5)
+    trainer = _trainer(tmp_path, averaging, max_steps=3)
+    trainer.fit(module, _loader())
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    checkpoint = torch.load(tmp_path / "run.ckpt", map_location="cpu", weights_only=True)
+    torch.testing.assert_close(checkpoint["state_dict"]["layer.weight"], averaging.average["layer.weight"])
+    torch.testing.assert_close(checkpoint[TRAINED_STATE]["layer.weight"], module.layer.weight.detach())
+    assert int(checkpoint["state_dict"]["seen"]) == 3  # buffers are the trained model's own
+
+
+def test_a_resumed_run_ends_with_the_average_and_weights_of_a_run_never_stopped(tmp_path):
+    whole, whole_average = Line(), WeightAverage(decay=0.5)
+    _trainer(tmp_path / "whole", whole_average, max_steps=3).fit(whole, _loader())
+
+    first, first_average = Line(), WeightAverage(decay=0.5)
+    trainer = _trainer(tmp_path / "first", first_average, max_steps=2)
+    trainer.fit(first, _loader())
+    trainer.save_checkpoint(tmp_path / "half.ckpt")
+    second, second_average = Line(), WeightAverage(decay=0.5)
+    # One step past an epoch's end: Lightning resumes the loader exactly there, so any difference is the average's.
+    _trainer(tmp_path / "second", second_average, max_steps=3).fit(second, _loader(), ckpt_path=tmp_path / "half.ckpt")
+
+    torch.testing.assert_close(second.layer.weight.detach(), whole.layer.weight.detach())
+    torch.testing.assert_close(second_average.average["layer.weight"], whole_average.average["layer.weight"])
+
+
+def test_averaging_is_off_by_default_and_adds_nothing_to_a_checkpoint(tmp_path):
+    module, averaging = Line(), WeightAverage()
+    trainer = _trainer(tmp_path, averaging, max_steps=2)
+    trainer.fit(module, _loader())
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    checkpoint = torch.load(tmp_path / "run.ckpt", map_location="cpu", weights_only=True)
+    assert TRAINED_STATE not in checkpoint and not averaging.average
+    torch.testing.assert_close(checkpoint["state_dict"]["layer.weight"], module.layer.weight.detach())
+
+
+@pytest.mark.parametrize("decay", [1.0, -0.1])
+def test_a_decay_outside_0_to_1_is_refused_naming_it(decay):
+    with pytest.raises(ValueError, match=rf"averaging.decay {decay}: expected a number in \[0, 1\)"):
+        WeightAverage(decay=decay)
+
+
+@pytest.mark.slow
+def test_the_recognizer_s_fit_with_averaging_exports_the_average(tiny_synth, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_speech_config()))
+    run = tmp_path / "run"
+    assert speech_main(["fit", "--config", str(config), "--data.data_dir", str(tiny_synth), "--trainer.default_root_dir", str(run),
+                        "--averaging.decay", "0.5"]) == 0
+    checkpoint = torch.load(next(run.rglob("last.ckpt")), map_location="cpu", weights_only=True)
+    averaged = [k for k, v in checkpoint["state_dict"].items() if not torch.equal(v, checkpoint[TRAINED_STATE][k])]
+    assert averaged and not any(k.endswith(("norm.mean", "norm.std", "norm.frames")) for k in averaged)  # the statistics are not averaged
+    assert speech_main(["export", "--ckpt", str(next(run.rglob("last.ckpt"))), "--out", str(tmp_path / "model")]) == 0
+    from safetensors.torch import load_file
+    exported = load_file(tmp_path / "model" / "model.safetensors")
+    for name in averaged:
+        torch.testing.assert_close(exported[name.removeprefix("model.")], checkpoint["state_dict"][name])
