@@ -1,16 +1,15 @@
-"""The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume."""
+"""The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume.
+
+The recognizer's fit and export with it: ``tests/test_recognizer_cli.py``."""
 
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
-import yaml
 from torch import nn
 
 from shared.training.averaging import TRAINED_STATE, WeightAverage
-from speech_attend.cli import main as speech_main
-from tiny import tiny_speech_config
 
 
 class Line(pl.LightningModule):
@@ -115,20 +114,3 @@ def test_averaging_is_off_by_default_and_adds_nothing_to_a_checkpoint(tmp_path):
 def test_a_decay_outside_0_to_1_is_refused_naming_it(decay):
     with pytest.raises(ValueError, match=rf"averaging.decay {decay}: expected a number in \[0, 1\)"):
         WeightAverage(decay=decay)
-
-
-@pytest.mark.slow
-def test_the_recognizer_s_fit_with_averaging_exports_the_average(tiny_synth, tmp_path):
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(tiny_speech_config()))
-    run = tmp_path / "run"
-    assert speech_main(["fit", "--config", str(config), "--data.data_dir", str(tiny_synth), "--trainer.default_root_dir", str(run),
-                        "--averaging.decay", "0.5"]) == 0
-    checkpoint = torch.load(next(run.rglob("last.ckpt")), map_location="cpu", weights_only=True)
-    averaged = [k for k, v in checkpoint["state_dict"].items() if not torch.equal(v, checkpoint[TRAINED_STATE][k])]
-    assert averaged and not any(k.endswith(("norm.mean", "norm.std", "norm.frames")) for k in averaged)  # the statistics are not averaged
-    assert speech_main(["export", "--ckpt", str(next(run.rglob("last.ckpt"))), "--out", str(tmp_path / "model")]) == 0
-    from safetensors.torch import load_file
-    exported = load_file(tmp_path / "model" / "model.safetensors")
-    for name in averaged:
-        torch.testing.assert_close(exported[name.removeprefix("model.")], checkpoint["state_dict"][name])

@@ -10,7 +10,9 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
+from safetensors.torch import load_file
 
+from shared.training.averaging import TRAINED_STATE
 from speech_attend.cli import main
 from tiny import tiny_speech_config
 
@@ -182,8 +184,6 @@ def test_export_then_transcribe_gives_the_same_text(trained, capsys):
     assert {p.name for p in exported.iterdir()} == {"model.safetensors", "config.json"}
     config = json.loads((exported / "config.json").read_text())
     assert config["format"] == "attend/1" and config["app"] == "speech-attend" and config["hyper_parameters"]["vocabulary"]
-    from safetensors.torch import load_file
-
     weights = load_file(str(exported / "model.safetensors"))
     assert weights["frontend.norm.mean"].shape == (80,) and int(weights["frontend.norm.frames"]) > 0  # the statistics travel
     capsys.readouterr()
@@ -230,3 +230,16 @@ def test_fit_help_shows_the_keep_punctuation_default_in_quotes(capsys):
     entry = " ".join(entry.split())
     assert entry.endswith("""(type: str, default: "'")"""), entry
     assert "apostrophes by default" in entry
+
+
+def test_the_recognizer_s_fit_with_averaging_exports_the_average(trained, tmp_path):
+    run = tmp_path / "run"
+    assert main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir", str(run),
+                 "--averaging.decay", "0.5"]) == 0
+    checkpoint = torch.load(next(run.rglob("last.ckpt")), map_location="cpu", weights_only=True)
+    averaged = [k for k, v in checkpoint["state_dict"].items() if not torch.equal(v, checkpoint[TRAINED_STATE][k])]
+    assert averaged and not any(k.endswith(("norm.mean", "norm.std", "norm.frames")) for k in averaged)  # the statistics are not averaged
+    assert main(["export", "--ckpt", str(next(run.rglob("last.ckpt"))), "--out", str(tmp_path / "model")]) == 0
+    exported = load_file(tmp_path / "model" / "model.safetensors")
+    for name in averaged:
+        torch.testing.assert_close(exported[name.removeprefix("model.")], checkpoint["state_dict"][name])
