@@ -17,6 +17,9 @@ What a run does with it:
   what ``fit --ckpt_path`` goes on from;
 * only floating-point parameters are averaged; buffers (feature statistics, counters) are the
   trained model's own.
+
+Lightning's ``EMAWeightAveraging`` is not used: it averages buffers too (the recognizer's
+integer frame count among them) or, without them, swaps stale copies in at validation.
 """
 
 from __future__ import annotations
