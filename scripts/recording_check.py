@@ -11,7 +11,9 @@ again as a 16-bit WAV, as a sound card would store it, under each condition:
   -50 dB the loudest samples are a few hundred steps of the 16-bit scale.
 
 and transcribed with the model's own decoding. Prints WER and CER per group and condition, and
-each condition's WER against the clean one.
+each condition's WER against the clean one with its 95 % paired bootstrap interval (the same
+clips drawn for both conditions): on 200 clips a ratio of 1.12 is not told from 1.10 when the
+interval spans both.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import soundfile as sf
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval_speech import groups_of  # noqa: E402
-from shared.evaluation.speech import speech_metrics  # noqa: E402
+from shared.evaluation.speech import edit_ratio_interval, speech_metrics, utterance_word_edits  # noqa: E402
 from speech_attend.data.audio import load_audio  # noqa: E402
 from speech_attend.data.readers import read_librispeech  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402
@@ -50,7 +52,7 @@ def check(transcriber: Transcriber, devsets: Path, group: str, work: Path) -> di
     utterances = read_librispeech(devsets, [group])
     references = [normalize_text(u.text) for u in utterances]
     waves = [load_audio(u.audio_path, RATE).numpy() for u in utterances]
-    results = {}
+    results, clean_edits = {}, None
     for name, condition in CONDITIONS.items():
         folder = work / group / name.replace(" ", "").replace("+", "p").replace("-", "m")
         folder.mkdir(parents=True, exist_ok=True)
@@ -59,7 +61,12 @@ def check(transcriber: Transcriber, devsets: Path, group: str, work: Path) -> di
             paths.append(folder / f"{i:04d}.wav")
             sf.write(paths[-1], np.clip(condition(wave), -1.0, 1.0), RATE, subtype="PCM_16")
         texts = [normalize_text(r.text) if not isinstance(r, ValueError) else "" for r in transcriber.transcribe_many(paths)]
-        results[name] = {"utterances": len(paths), **speech_metrics(references, texts), "empty": sum(not t for t in texts)}
+        edits = utterance_word_edits(references, texts)
+        clean_edits = edits if clean_edits is None else clean_edits  # "clean" comes first
+        defined = sum(clean_edits) > 0  # a clean transcript without an error leaves the ratio undefined
+        results[name] = {"utterances": len(paths), **speech_metrics(references, texts), "empty": sum(not t for t in texts),
+                         "wer_ratio": sum(edits) / sum(clean_edits) if defined else None,
+                         "wer_ratio_95": edit_ratio_interval(clean_edits, edits) if defined else None}
     return results
 
 
@@ -85,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    print(f"{'group':<16}{'condition':<10}{'WER':>7}{'CER':>7}{'WER / clean':>13}{'empty':>7}")
+    print(f"{'group':<16}{'condition':<10}{'WER':>7}{'CER':>7}{'WER / clean':>13}{'95 % interval':>16}{'empty':>7}")
     for group, by_condition in results.items():
-        clean = by_condition["clean"]["wer"]
         for name, r in by_condition.items():
-            print(f"{group:<16}{name:<10}{r['wer']:>7.3f}{r['cer']:>7.3f}{r['wer'] / max(clean, 1e-9):>13.3f}{r['empty']:>7}")
+            ratio, interval = ("-", "-") if r["wer_ratio"] is None else (f"{r['wer_ratio']:.3f}", "{:.3f}-{:.3f}".format(*r["wer_ratio_95"]))
+            print(f"{group:<16}{name:<10}{r['wer']:>7.3f}{r['cer']:>7.3f}{ratio:>13}{interval:>16}{r['empty']:>7}")
     return 0
 
 

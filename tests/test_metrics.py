@@ -12,6 +12,7 @@ import os
 import shutil
 import warnings
 
+import numpy as np
 import pytest
 
 from shared.evaluation import captions as metrics
@@ -25,7 +26,7 @@ from shared.evaluation.captions import (
     rouge_l,
     tokenize_caption,
 )
-from shared.evaluation.speech import char_error_rate, speech_metrics, word_error_rate
+from shared.evaluation.speech import char_error_rate, edit_ratio_interval, speech_metrics, utterance_word_edits, word_error_rate
 
 # Fixture A: 5 images, 2-5 references each; "soup" shares no 4-gram with its references.
 HYPOTHESES_A = {
@@ -333,3 +334,34 @@ def test_speech_metrics_errors():
     with pytest.raises(ValueError, match="lists of strings"):
         word_error_rate("a b", "a b")
     assert math.isfinite(word_error_rate(["a"], [""]))
+
+
+def test_utterance_word_edits_are_the_terms_the_corpus_wer_sums():
+    refs = ["the cat sat", "hello world", "", "a b c d"]
+    hyps = ["the cat sit down", "", "x y", "a  b c d"]
+    edits = utterance_word_edits(refs, hyps)
+    assert edits == [2, 2, 2, 0]
+    assert sum(edits) / 9 == pytest.approx(word_error_rate(refs, hyps))
+    with pytest.raises(ValueError, match="one hypothesis per reference"):
+        utterance_word_edits(["a"], [])
+
+
+def test_the_edit_ratio_interval_is_exact_when_every_clip_has_the_same_ratio():
+    base = [1, 3, 2, 5, 4]
+    assert edit_ratio_interval(base, [2 * e for e in base]) == pytest.approx((2.0, 2.0))
+
+
+def test_the_edit_ratio_interval_holds_the_ratio_and_narrows_with_more_clips():
+    rng = np.random.default_rng(1)
+    base = rng.poisson(2.0, size=200)
+    other = base + rng.poisson(0.3, size=200) - rng.binomial(1, 0.1, size=200) * (base > 0)
+    ratio = other.sum() / base.sum()
+    low, high = edit_ratio_interval(base, other)
+    assert low < ratio < high
+    low4, high4 = edit_ratio_interval(np.tile(base, 4), np.tile(other, 4))
+    # Four times the clips: about half as wide (the width falls as one over the square root).
+    assert 0.35 < (high4 - low4) / (high - low) < 0.65
+    with pytest.raises(ValueError, match="no edits"):
+        edit_ratio_interval([0, 0], [1, 0])
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        edit_ratio_interval([1, 2], [1])

@@ -19,6 +19,7 @@ from tiny import TINY_SPEECH_CONFIG
 
 import engine_devset
 import eval_speech
+import recording_check
 import speech_devsets
 
 HAVE_ENGINES = shutil.which("flite") is not None and shutil.which("text2wave") is not None
@@ -102,6 +103,23 @@ def test_eval_speech_prints_a_table_of_every_group(devsets, tmp_path, capsys):
     speakers = {u.speaker for u in read_librispeech(devsets, ["espeak_unseen"])}
     assert set(group["speakers"]) == speakers and sum(s["utterances"] for s in group["speakers"].values()) == group["utterances"]
     assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_recording_check_gives_each_condition_s_wer_ratio_with_its_interval(devsets, tmp_path, capsys, monkeypatch):
+    config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
+              "decoding": {"beam_size": 1, "max_len_ratio": 0.1}, "features": {}}
+    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: it errs
+    conditions = {name: recording_check.CONDITIONS[name] for name in ("clean", "dc+0.3", "-50 dB")}
+    monkeypatch.setattr(recording_check, "CONDITIONS", conditions)
+    assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen", "--json"]) == 0
+    by_condition = json.loads(capsys.readouterr().out)["espeak_unseen"]
+    assert list(by_condition) == list(conditions)
+    assert by_condition["clean"]["wer_ratio"] == 1.0 and by_condition["clean"]["wer_ratio_95"] == [1.0, 1.0]
+    for r in by_condition.values():
+        low, high = r["wer_ratio_95"]
+        assert r["wer_ratio"] == pytest.approx(r["wer"] / by_condition["clean"]["wer"]) and low <= r["wer_ratio"] <= high
+    assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
 
 
