@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
 import re
+import signal
 
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
 
-from speech_attend.builtin import corpus, piper_voice, wordnet_sentences
+from speech_attend.builtin import corpus, espeak, piper_voice, wordnet_sentences
 from speech_attend.cli import main
 from speech_attend.data.readers import read_librispeech
 from speech_attend.builtin.espeak import english_voices, voice_variants
@@ -244,6 +247,54 @@ def test_broad_corpus_speaks_held_out_sentences_with_held_out_voices(tmp_path, m
     monkeypatch.setattr(corpus, "_SERIAL_BELOW", 0)
     pooled = corpus.prepare_synth(tmp_path / "pooled", workers=2, **kwargs)
     assert _corpus_bytes(pooled) == _corpus_bytes(out)
+
+
+def _crash_on(text, once_marker=None):
+    """espeak's synthesize, except that it kills its process on ``text``, as espeak-ng 1.52 does on
+    rare inputs: with ``once_marker``, only the first time; without, unless spoken with the crash
+    fallback (the voice's own pitch range, no word gap)."""
+    real = espeak.synthesize
+
+    def synthesize(said, voice, **settings):
+        fallback = (settings.get("pitch_range", 50), settings.get("word_gap", 0)) == (50, 0)
+        if said == text and (not once_marker.exists() if once_marker else not fallback):
+            if once_marker:
+                once_marker.touch()
+            faulthandler.disable()  # the crash is the test's; no dump
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return real(said, voice, **settings)
+    return synthesize
+
+
+def test_isolated_espeak_gives_the_same_samples_and_turns_a_crash_into_an_error(monkeypatch):
+    settings = dict(rate=150, pitch=40, volume=80, seed=3, pitch_range=70, word_gap=2)
+    assert np.array_equal(espeak.synthesize_isolated("a quiet word", "gmw/en", **settings), espeak.synthesize("a quiet word", "gmw/en", **settings))
+    monkeypatch.setattr(espeak, "synthesize", _crash_on("a quiet word"))
+    with pytest.raises(espeak.EspeakCrash, match="crashed \\(SIGSEGV\\) speaking 'a quiet word'"):
+        espeak.synthesize_isolated("a quiet word", "gmw/en", **settings)
+    with pytest.raises(ValueError, match="rate must be 80 to 450"):
+        espeak.synthesize_isolated("a quiet word", rate=5)
+
+
+def test_an_utterance_espeak_crashes_on_is_spoken_again_with_the_fallback_settings(tmp_path, monkeypatch, capsys):
+    speaker = corpus.corpus_speakers("wordnet", ("espeak",))[0]
+    job = corpus._Job(str(tmp_path / "0001.flac"), "a quiet word", speaker, (150, 40, 80, 3, 70, 2))
+    monkeypatch.setattr(espeak, "synthesize", _crash_on("a quiet word"))
+    wave = corpus._speak_espeak(job, isolated=True)
+    assert "crashed (SIGSEGV)" in capsys.readouterr().err
+    assert np.array_equal(wave, corpus.speak("a quiet word", speaker.espeak_name, 150, 40, 80, 3).numpy())
+
+
+def test_blocks_a_crashed_worker_lost_are_written_again_to_the_same_corpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "_BLOCK", 2)
+    kwargs = dict(train=6, dev=0, test=0, seed=0, progress=False)
+    clean = corpus.prepare_synth(tmp_path / "clean", workers=1, **kwargs)
+    jobs, _ = corpus._plan(tmp_path / "crashed", {"train": 6, "dev": 0, "test": 0}, 0, "templates", ("espeak",))
+    monkeypatch.setattr(corpus, "synthesize", _crash_on(jobs[3].text, once_marker=tmp_path / "crashed_once"))
+    monkeypatch.setattr(corpus, "_SERIAL_BELOW", 0)
+    crashed = corpus.prepare_synth(tmp_path / "crashed", workers=2, **kwargs)
+    assert (tmp_path / "crashed_once").exists()  # a worker did die
+    assert _corpus_bytes(crashed) == _corpus_bytes(clean)
 
 
 def test_missing_wordnet_package_is_one_error_line_naming_it(tmp_path, monkeypatch, capsys):

@@ -27,6 +27,12 @@ Each utterance draws its sentence, engine, speaker and settings from a generator
 ``(seed, split, index)``, and piper's own noise is seeded per fixed block of utterances, so the
 corpus is the same, byte for byte, for a given seed whatever the number of worker processes.
 
+espeak-ng crashes on a few rare inputs (:mod:`speech_attend.builtin.espeak`), and a crash ends
+the worker process that met it. The blocks a crash lost are written again with each eSpeak
+utterance spoken in a child process; the one that crashes is spoken with its voice's own pitch
+range and no word gap (the two settings of the crashes met), and named in a note. The corpus
+stays a function of its seed.
+
 Output of :func:`prepare_synth`::
 
     <out>/<split>/<speaker>/<chapter>/<speaker>-<chapter>-<utt:04d>.flac   16 kHz, 16-bit
@@ -42,6 +48,8 @@ import hashlib
 import json
 import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 import random
 import shutil
 import sys
@@ -55,7 +63,7 @@ import torch
 from torchaudio.transforms import Resample
 from tqdm import tqdm
 
-from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, synthesize
+from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, EspeakCrash, synthesize, synthesize_isolated
 from speech_attend.builtin.piper_voice import PiperEngine, require_piper
 from speech_attend.builtin.sentences import generate_sentence
 from speech_attend.builtin.speakers import SPLITS, Speaker, classic_espeak_speakers, espeak_speakers, piper_speakers
@@ -133,6 +141,7 @@ def speak(
     sample_rate: int = SAMPLE_RATE,
     pitch_range: int = 50,
     word_gap: int = 0,
+    isolated: bool = False,
 ) -> torch.Tensor:
     """Speak ``text`` with espeak-ng as a float waveform, edge silence trimmed to 0.2 s.
 
@@ -150,11 +159,14 @@ def speak(
         sample_rate (int, optional): rate of the result in Hz. (Default: ``16000``)
         pitch_range (int, optional): intonation range, 0 to 100, 50 is the voice's own. (Default: ``50``)
         word_gap (int, optional): extra pause between words, units of 10 ms. (Default: ``0``)
+        isolated (bool, optional): speak in a child process, so that a crash of espeak-ng raises
+            :class:`~speech_attend.builtin.espeak.EspeakCrash` (about twice the time). (Default: ``False``)
 
     Returns:
         torch.Tensor: float32 waveform with shape `(T,)`.
     """
-    pcm = synthesize(text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap)
+    pcm = (synthesize_isolated if isolated else synthesize)(
+        text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap)
     wave = torch.from_numpy(pcm.astype(np.float32) / 32768.0)  # (T22,)
     if sample_rate != ESPEAK_SAMPLE_RATE:
         with torch.no_grad():
@@ -197,7 +209,7 @@ def _block_seed(seed: int, block: int) -> int:
     return int.from_bytes(hashlib.sha256(f"attend-synth/piper/{seed}/{block}".encode()).digest()[:4], "big")
 
 
-def _run_block(task: tuple[int, int, list[_Job]]) -> int:
+def _run_block(task: tuple[int, int, list[_Job]], isolated: bool = False) -> int:
     seed, block, jobs = task
     engine = None  # made at the block's first piper utterance, seeded by the block
     for job in jobs:
@@ -205,11 +217,36 @@ def _run_block(task: tuple[int, int, list[_Job]]) -> int:
             engine = engine or PiperEngine(seed=_block_seed(seed, block))
             wave = _speak_piper(engine, job.text, job.speaker, *job.params)
         else:
-            rate, pitch, volume, espeak_seed, pitch_range, word_gap = job.params
-            wave = speak(job.text, job.speaker.espeak_name, rate, pitch, volume, espeak_seed,
-                         pitch_range=pitch_range, word_gap=word_gap).numpy()
+            wave = _speak_espeak(job, isolated)
         sf.write(job.path, wave, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
     return len(jobs)
+
+
+def _speak_espeak(job: _Job, isolated: bool) -> np.ndarray:
+    """One eSpeak utterance; ``isolated``: in a child process, with the crash fallback."""
+    rate, pitch, volume, espeak_seed, pitch_range, word_gap = job.params
+    voice = job.speaker.espeak_name
+    if not isolated:
+        return speak(job.text, voice, rate, pitch, volume, espeak_seed, pitch_range=pitch_range, word_gap=word_gap).numpy()
+    try:
+        return speak(job.text, voice, rate, pitch, volume, espeak_seed, pitch_range=pitch_range, word_gap=word_gap, isolated=True).numpy()
+    except EspeakCrash as crash:
+        print(f"note: {crash}; {Path(job.path).name} is spoken with the voice's own pitch range and no word gap", file=sys.stderr)
+        return speak(job.text, voice, rate, pitch, volume, espeak_seed, isolated=True).numpy()
+
+
+def _run_blocks(tasks: list, workers: int, bar: tqdm, isolated: bool) -> list:
+    """Write ``tasks`` in ``workers`` forked processes; returns the tasks a crashed worker lost."""
+    lost = []
+    # fork: children start at once, with torch already imported (spawn would re-import it).
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init) as pool:
+        futures = {pool.submit(_run_block, task, isolated): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                bar.update(future.result())
+            except BrokenProcessPool:  # every block in flight or waiting when a worker died
+                lost.append(futures[future])
+    return sorted(lost, key=lambda task: task[1])
 
 
 def _worker_init() -> None:
@@ -353,14 +390,13 @@ def prepare_synth(
     tasks = [(seed, i // _BLOCK, jobs[i: i + _BLOCK]) for i in range(0, len(jobs), _BLOCK)]
     workers = _default_workers() if workers is None else max(1, workers)
     bar = tqdm(total=len(jobs), desc=f"synth {out.name}", unit="utt", disable=not progress)
-    if workers == 1 or len(jobs) < _SERIAL_BELOW or sys.platform != "linux":
+    if len(jobs) < _SERIAL_BELOW or sys.platform != "linux":
         for task in tasks:
             bar.update(_run_block(task))
-    else:
-        # fork: children start at once, with torch already imported (spawn would re-import it).
-        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init) as pool:
-            for done in pool.imap_unordered(_run_block, tasks):
-                bar.update(done)
+    else:  # in worker processes (one at least), so that a crash of espeak-ng loses only their blocks
+        lost = _run_blocks(tasks, workers, bar, isolated=False)
+        if lost and _run_blocks(lost, workers, bar, isolated=True):
+            raise RuntimeError(f"{out}: a synthesis process died again on the blocks it had lost; the corpus is left unfinished")
     bar.close()
     marker.write_text(json.dumps(settings, indent=1) + "\n")
     return out
