@@ -30,7 +30,7 @@ corpus is the same, byte for byte, for a given seed whatever the number of worke
 espeak-ng crashes on a few rare inputs (:mod:`speech_attend.builtin.espeak`), and a crash ends
 the worker process that met it. The blocks a crash lost are written again with each eSpeak
 utterance spoken in a child process; the one that crashes is spoken with its voice's own pitch
-range and no word gap (the two settings of the crashes met), and named in a note. The corpus
+range and no word gap (the crash met had both set), and named in a note. The corpus
 stays a function of its seed.
 
 Output of :func:`prepare_synth`::
@@ -48,12 +48,12 @@ import hashlib
 import json
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 import random
 import shutil
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -160,7 +160,7 @@ def speak(
         pitch_range (int, optional): intonation range, 0 to 100, 50 is the voice's own. (Default: ``50``)
         word_gap (int, optional): extra pause between words, units of 10 ms. (Default: ``0``)
         isolated (bool, optional): speak in a child process, so that a crash of espeak-ng raises
-            :class:`~speech_attend.builtin.espeak.EspeakCrash` (about twice the time). (Default: ``False``)
+            :class:`~speech_attend.builtin.espeak.EspeakCrash` (three to four times the time). (Default: ``False``)
 
     Returns:
         torch.Tensor: float32 waveform with shape `(T,)`.

@@ -24,7 +24,7 @@ same text comes out different depending on what was spoken before. Unloading the
 espeak-ng 1.52 crashes (a segmentation fault) on a few rare inputs: one of the 32,000 broad-corpus
 utterances, ``"we will be that much ahead of them"`` with ``gmw/en-US+rob`` at pitch range 79
 and word gap 3. A crash takes its process with it, so :func:`synthesize_isolated` speaks in a
-forked child and turns a crash into :class:`EspeakCrash`; it costs about twice a plain call, so
+forked child and turns a crash into :class:`EspeakCrash`; it costs three to four times a plain call, so
 the corpus writer uses it only to redo work that a crash lost.
 """
 
