@@ -300,26 +300,23 @@ def synthesize_with_words(
     return audio, words
 
 
-def synthesize_isolated(
-    text: str,
-    voice: str = "gmw/en",
-    rate: int = 175,
-    pitch: int = 50,
-    volume: int = 100,
-    seed: int = 0,
-    pitch_range: int = 50,
-    word_gap: int = 0,
-) -> np.ndarray:
+def synthesize_isolated(text: str, voice: str = "gmw/en", **settings: int) -> np.ndarray:
     """:func:`synthesize` in a forked child process: the same samples, and a crash of espeak-ng
     raises :class:`EspeakCrash` here instead of ending this process (Linux and macOS).
 
-    Args and returns: as :func:`synthesize`.
+    Args:
+        text (str): as :func:`synthesize`.
+        voice (str, optional): as :func:`synthesize`. (Default: ``"gmw/en"``)
+        **settings (int): :func:`synthesize`'s ``rate``, ``pitch``, ``volume``, ``seed``,
+            ``pitch_range`` and ``word_gap``, by name.
+
+    Returns:
+        np.ndarray: as :func:`synthesize`.
 
     Raises:
         EspeakCrash: espeak-ng died speaking this input.
         EspeakError, ValueError: as :func:`synthesize`.
     """
-    settings = dict(rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap)
     read_end, write_end = os.pipe()
     with _ENGINE.lock:  # no other thread is inside espeak while the child is made
         pid = os.fork()
