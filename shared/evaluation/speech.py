@@ -18,13 +18,9 @@ import numpy as np
 __all__ = ["word_error_rate", "char_error_rate", "speech_metrics", "utterance_word_edits", "edit_ratio_interval"]
 
 
-def _corpus_error_rate(
-    references: Sequence[str],
-    hypotheses: Sequence[str],
-    process: Callable,
-    units: Callable[[str], int],
-) -> float:
-    """Total edits over total reference units, with jiwer doing the alignments."""
+def _aligned(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The two lists checked to pair up, each text's runs of whitespace as one space (so the CER
+    does not depend on spacing)."""
     if isinstance(references, str) or isinstance(hypotheses, str):
         raise ValueError("references and hypotheses must be lists of strings, not strings.")
     if len(references) != len(hypotheses):
@@ -32,9 +28,17 @@ def _corpus_error_rate(
             f"expected one hypothesis per reference, got {len(references)} references "
             f"and {len(hypotheses)} hypotheses."
         )
-    # Runs of whitespace count as one space, so the CER does not depend on spacing.
-    refs = [" ".join(text.split()) for text in references]
-    hyps = [" ".join(text.split()) for text in hypotheses]
+    return [" ".join(text.split()) for text in references], [" ".join(text.split()) for text in hypotheses]
+
+
+def _corpus_error_rate(
+    references: Sequence[str],
+    hypotheses: Sequence[str],
+    process: Callable,
+    units: Callable[[str], int],
+) -> float:
+    """Total edits over total reference units, with jiwer doing the alignments."""
+    refs, hyps = _aligned(references, hypotheses)
     # An empty reference has nothing to substitute or delete: all its hypothesis is insertions.
     edits = sum(units(hyp) for ref, hyp in zip(refs, hyps) if not ref)
     length = 0
@@ -107,11 +111,8 @@ def utterance_word_edits(references: Sequence[str], hypotheses: Sequence[str]) -
     Returns:
         list[int]: one count per utterance (an empty reference counts its hypothesis's words).
     """
-    if len(references) != len(hypotheses):
-        raise ValueError(f"expected one hypothesis per reference, got {len(references)} references and {len(hypotheses)} hypotheses.")
     edits = []
-    for ref, hyp in zip(references, hypotheses):
-        ref, hyp = " ".join(ref.split()), " ".join(hyp.split())
+    for ref, hyp in zip(*_aligned(references, hypotheses)):
         if not ref:
             edits.append(len(hyp.split()))
             continue
