@@ -118,6 +118,10 @@ STAGE_TWO["HFA"] = ("HFS run longer, with the weights' moving average (averaging
                     "trained weights too, HFA's raw control)", [*_VOICES_LIGHTER, *_AVERAGED])
 STAGE_TWO["HFA2"] = ("HFA with a cosine peaking at 2e-4 (not 1e-4): the average smooths what the larger steps shake",
                      [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002", "--data.augment.voice_shift_prob", "0.15", *_AVERAGED])
+STAGE_TWO["HFB"] = ("HFA on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
+                    STAGE_TWO["HFA"][1])
+STAGE_TWO["HFB2"] = ("HFA2 on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
+                     STAGE_TWO["HFA2"][1])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
