@@ -122,6 +122,8 @@ STAGE_TWO["HFB"] = ("HFA on broad32 going on: its conditions, the schedule stret
                     STAGE_TWO["HFA"][1])
 STAGE_TWO["HFB2"] = ("HFA2 on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
                      STAGE_TWO["HFA2"][1])
+STAGE_TWO["HFN"] = ("HFB with each utterance's mean log-mel over its loud frames taken out (features.utterance_mean): "
+                    "a fixed colour, as an engine's or a room's, goes", [*STAGE_TWO["HFA"][1], "--model.features.utterance_mean", "true"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and

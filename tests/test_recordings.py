@@ -13,7 +13,8 @@ from shared import Vocabulary
 from shared.training.model_files import export_folder
 from speech_attend.data.augment import AugmentConfig, augment_batch
 from speech_attend.cli import main as speech_attend
-from speech_attend.model.features import FeatureConfig, FeatureFrontend, normalise_level, remove_dc, sample_step, speech_level
+from speech_attend.model.features import (FeatureConfig, FeatureFrontend, loud_frames, normalise_level, remove_dc, sample_step,
+                                          speech_level, subtract_utterance_mean)
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
 from speech_attend.infer.transcribe import APP, Transcriber, is_silent
 
@@ -83,6 +84,46 @@ def test_models_saved_before_the_level_steps_keep_their_features():
     assert not model.frontend.config.remove_dc and model.frontend.config.level_dbfs is None
     with pytest.raises(ValueError, match="level_dbfs"):
         FeatureConfig(level_dbfs=12.0)
+
+
+def test_the_utterance_mean_takes_a_fixed_colour_out_of_the_features(tiny_synth):
+    clean = torch.tensor(_speech(tiny_synth), dtype=torch.float32)[None]
+    lengths = torch.tensor([clean.size(1)])
+    # A channel that tilts the spectrum: y[n] = x[n] + 0.8 x[n-1] (up to +5 dB at low, -14 dB at high frequencies).
+    coloured = clean.clone()
+    coloured[:, 1:] += 0.8 * clean[:, :-1]
+
+    def distance(utterance_mean: bool) -> float:
+        frontend = FeatureFrontend(FeatureConfig(freq_masks=0, time_masks=0, utterance_mean=utterance_mean)).eval()
+        a, b = frontend(clean, lengths)[0], frontend(coloured, lengths)[0]
+        assert torch.isfinite(b).all()
+        return float((a - b).abs().mean())
+
+    assert distance(True) < 0.3 * distance(False)
+
+
+def test_the_utterance_mean_is_taken_over_loud_frames_so_silence_does_not_move_it():
+    generator = torch.Generator().manual_seed(0)
+    speech = torch.randn(1, 50, 8, generator=generator) - 2.0  # natural-log mel powers
+    silence = torch.full((1, 150, 8), -13.8)  # digital silence: 60 dB under the speech
+    padded = torch.cat([torch.cat([speech, silence], 1), torch.cat([speech, torch.zeros(1, 150, 8)], 1)])  # (2, 200, 8)
+    frames = torch.tensor([200, 50])
+    loud = loud_frames(padded, frames, range_db=30.0)
+    assert loud[0, :50].sum() >= 45 and not loud[0, 50:].any() and not loud[1, 50:].any()
+    out = subtract_utterance_mean(padded, frames, loud)
+    torch.testing.assert_close(out[0, :50], out[1, :50])  # three times more silence, the same speech frames
+    assert not out[1, 50:].any()  # padding stays 0
+    torch.testing.assert_close(out[1, :50][loud[1, :50]].mean(0), torch.zeros(8), atol=1e-5, rtol=0)
+    shifted = subtract_utterance_mean(padded + torch.linspace(-3, 3, 8), frames, loud)  # a colour: a constant per band
+    torch.testing.assert_close(shifted[:, :50], out[:, :50])
+    empty = torch.zeros(1, 4, 8)
+    assert not subtract_utterance_mean(empty, torch.tensor([0]), loud_frames(empty, torch.tensor([0]), 30.0)).any()
+
+
+def test_the_utterance_mean_is_off_unless_asked_for_and_its_range_is_checked():
+    assert not FeatureConfig().utterance_mean and not FeatureConfig.from_saved({"n_mels": 80}).utterance_mean
+    with pytest.raises(ValueError, match="utterance_mean_db"):
+        FeatureConfig(utterance_mean=True, utterance_mean_db=0.0)
 
 
 def _rounded_to_16_bits(wave: torch.Tensor) -> torch.Tensor:

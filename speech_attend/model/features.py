@@ -1,4 +1,4 @@
-"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel, less a quiet file's rounding noise -> global normalisation -> SpecAugment.
+"""Acoustic features: waveform -> DC removal and level -> 80-d log-mel, less a quiet file's rounding noise -> global normalisation -> (utterance mean) -> SpecAugment.
 
 Recordings come with a constant offset (cheap sound cards, some phones) and at any level (a
 microphone's gain set too low). Before the log-mel, each utterance loses its mean (DC) and is
@@ -28,6 +28,14 @@ the fraction ``rounding_floor`` of itself:
 A file at a good level barely changes (its rounding sits about 80 dB under its speech); audio off
 every grid (resampled, decoded from MP3, augmented) does not change at all.
 
+A channel or a voice engine colours every frame alike: a fixed gain ``|H_m|^2`` per mel band is a
+constant ``log |H_m|^2`` added to every frame's log-mel. ``utterance_mean`` takes it out
+(cepstral mean normalisation, here on the log-mel): each band loses its mean over the
+utterance's loud frames ``S``, those within ``utterance_mean_db`` of its loud speech (the 95th
+percentile of the frames' mean log power), so that pauses and leading silence do not move it:
+
+    x'_td = x_td - sum_{t in S} x_td / |S|
+
 The whole front end lives inside the model, so training, validation and ``transcribe`` share
 one code path, and the feature settings and the training-set statistics travel with every
 checkpoint (the statistics are buffers). SpecAugment (Park et al. 2019) masks frequency bands
@@ -39,6 +47,7 @@ Frame arithmetic is exact (``center=False``): a waveform of ``N >= win`` samples
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +57,8 @@ from torchaudio.transforms import MelSpectrogram
 from shared import lengths_to_mask
 
 
-__all__ = ["FeatureConfig", "remove_dc", "speech_level", "level_gain", "normalise_level", "sample_step", "LogMel", "GlobalNorm", "SpecAugment", "FeatureFrontend"]
+__all__ = ["FeatureConfig", "remove_dc", "speech_level", "level_gain", "normalise_level", "sample_step", "LogMel", "GlobalNorm",
+           "loud_frames", "subtract_utterance_mean", "SpecAugment", "FeatureFrontend"]
 
 # The loudest sample the front end takes, as the audio readers (speech_attend.data.audio): past it
 # the frame powers of the level step overflow, and such input is not audio but a broken file.
@@ -81,6 +91,8 @@ class FeatureConfig:
     noise_floor_dbfs: float | None = None  # white-noise power floor under the log-mel, after the level step (None: none)
     rounding_noise: float = 1.5  # times a file's expected rounding noise subtracted from each mel band (0: none)
     rounding_floor: float = 0.1  # a band keeps at least this fraction of its power after the subtraction
+    utterance_mean: bool = False  # subtract each band's mean over the utterance's loud frames (a fixed colour goes)
+    utterance_mean_db: float = 30.0  # loud frames: within this of the utterance's loud speech
 
     def __post_init__(self):
         if self.sample_rate <= 0 or self.n_mels <= 0 or self.win_ms <= 0 or self.hop_ms <= 0:
@@ -95,6 +107,8 @@ class FeatureConfig:
             raise ValueError(f"rounding_noise must be in [0, 10], got {self.rounding_noise}")
         if not 0.0 < self.rounding_floor <= 1.0:
             raise ValueError(f"rounding_floor must be in (0, 1], got {self.rounding_floor}")
+        if not 0.0 < self.utterance_mean_db <= 120.0:
+            raise ValueError(f"utterance_mean_db must be in (0, 120] dB, got {self.utterance_mean_db}")
 
     @classmethod
     def from_saved(cls, saved: dict | None) -> "FeatureConfig":
@@ -288,6 +302,42 @@ class GlobalNorm(nn.Module):
         return ((features - self.mean) / self.std) * mask
 
 
+def loud_frames(features: torch.Tensor, frames: torch.Tensor, range_db: float) -> torch.Tensor:
+    """The frames whose mean log power lies within ``range_db`` of the utterance's loud speech.
+
+    Args:
+        features (torch.Tensor): natural-log mel powers `(B, T, D)` (before normalisation).
+        frames (torch.Tensor): valid frames per utterance `(B,)`.
+        range_db (float): how far under the 95th percentile of the frames' mean log power a loud
+            frame may lie.
+
+    Returns:
+        torch.Tensor: bool `(B, T)`, False on padding; at least one frame of each non-empty utterance.
+    """
+    valid = lengths_to_mask(frames, features.size(1))  # (B, T)
+    energy = features.mean(-1).masked_fill(~valid, float("-inf"))  # (B, T)
+    ranked = energy.sort(dim=1, descending=True).values
+    rank = (frames.float() * (1 - _LEVEL_PERCENTILE)).long().clamp(0, max(features.size(1) - 1, 0))  # (B,)
+    loud = ranked.gather(1, rank[:, None])  # (B, 1)
+    return valid & (energy >= loud - range_db * math.log(10) / 10)  # dB -> nats of power
+
+
+def subtract_utterance_mean(features: torch.Tensor, frames: torch.Tensor, loud: torch.Tensor) -> torch.Tensor:
+    """Each band less its mean over its utterance's loud frames.
+
+    Args:
+        features (torch.Tensor): `(B, T, D)`.
+        frames (torch.Tensor): valid frames per utterance `(B,)`.
+        loud (torch.Tensor): bool `(B, T)`, the frames the mean is taken over (:func:`loud_frames`).
+
+    Returns:
+        torch.Tensor: `(B, T, D)`; padding frames stay 0.
+    """
+    weights = loud.unsqueeze(-1).to(features.dtype)  # (B, T, 1)
+    mean = (features * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)  # (B, 1, D)
+    return (features - mean) * lengths_to_mask(frames, features.size(1)).unsqueeze(-1)
+
+
 class SpecAugment(nn.Module):
     """Frequency and time masking (Park et al. 2019), drawn independently per utterance.
 
@@ -414,5 +464,8 @@ class FeatureFrontend(nn.Module):
             (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames `(B,)`.
         """
         features, frames = self._logmel(waveforms, lengths)
+        loud = loud_frames(features, frames, self.config.utterance_mean_db) if self.config.utterance_mean else None
         features = self.norm(features, frames)
+        if loud is not None:
+            features = subtract_utterance_mean(features, frames, loud)
         return self.spec_augment(features, frames), frames
