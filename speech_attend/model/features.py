@@ -152,8 +152,13 @@ def speech_level(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: in
     padded = nn.functional.pad(waveforms, (0, steps * hop - waveforms.size(1))) if waveforms.size(1) < hop else waveforms
     power = padded[:, : steps * hop].reshape(waveforms.size(0), steps, -1).float().square().mean(-1)  # (B, F)
     frames = (lengths // hop).clamp_min(1)
-    power = power.masked_fill(~lengths_to_mask(frames, steps), float("nan"))
-    return torch.nanquantile(power, _LEVEL_PERCENTILE, dim=1)
+    return _loud_percentile(power, lengths_to_mask(frames, steps))
+
+
+def _loud_percentile(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The 95th percentile of each row's ``valid`` values: ``values`` `(B, F)`, ``valid`` bool `(B, F)` -> `(B,)`
+    (NaN for a row with none). A percentile rather than the maximum, so one click does not set it."""
+    return torch.nanquantile(values.masked_fill(~valid, float("nan")), _LEVEL_PERCENTILE, dim=1)
 
 
 def level_gain(waveforms: torch.Tensor, lengths: torch.Tensor, sample_rate: int, level_dbfs: float) -> torch.Tensor:
@@ -315,10 +320,8 @@ def loud_frames(features: torch.Tensor, frames: torch.Tensor, range_db: float) -
         torch.Tensor: bool `(B, T)`, False on padding; at least one frame of each non-empty utterance.
     """
     valid = lengths_to_mask(frames, features.size(1))  # (B, T)
-    energy = features.mean(-1).masked_fill(~valid, float("-inf"))  # (B, T)
-    ranked = energy.sort(dim=1, descending=True).values
-    rank = (frames.float() * (1 - _LEVEL_PERCENTILE)).long().clamp(0, max(features.size(1) - 1, 0))  # (B,)
-    loud = ranked.gather(1, rank[:, None])  # (B, 1)
+    energy = features.mean(-1)  # (B, T)
+    loud = _loud_percentile(energy, valid)[:, None]  # (B, 1)
     return valid & (energy >= loud - range_db * math.log(10) / 10)  # dB -> nats of power
 
 
