@@ -63,6 +63,8 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
     "CTC": ("CTC weight 0.3 throughout (not 0.5 falling to 0.3)", [
         "--model.ctc_weight", "0.3", "--model.ctc_weight_final", "0.3"]),
     "NSF": ("no shortest-first epoch", ["--data.curriculum_epochs", "0"]),
+    "UM": ("each utterance's mean log-mel over its loud frames taken out (features.utterance_mean)", [
+        "--model.features.utterance_mean", "true"]),
 }
 
 # Stage two: what the long run under-sampled, tried from its last checkpoint (``--from``). The
