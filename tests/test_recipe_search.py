@@ -104,3 +104,17 @@ def test_a_candidate_from_an_exported_folder_starts_from_its_weights_then_goes_o
     last.parent.mkdir(parents=True)
     last.write_bytes(b"a checkpoint of the run")  # stopped half-way: `--ckpt_path last` goes on, not a second start
     assert "--init_from" not in recipe_search._start(exported, 5000, tmp_path / "out", "H")[1]
+
+
+def test_every_candidate_s_overrides_name_options_the_cli_knows(capsys):
+    """A misspelt override would fail a candidate only when its run starts, hours into a search."""
+    from speech_attend.cli import main
+
+    overrides = [option for _, candidate in recipe_search.RECIPES.values() for option in candidate]
+    args = ["fit", "--config", str(recipe_search.CONFIG), *overrides, *recipe_search.FROM_EXPORT, "--print_config"]
+    try:
+        code = main(args)
+    except SystemExit as stop:
+        code = stop.code
+    assert code in (0, None), capsys.readouterr().err
+    assert "utterance_mean: true" in capsys.readouterr().out  # UM's (and HFN's) override reached the config
