@@ -65,6 +65,9 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
     "NSF": ("no shortest-first epoch", ["--data.curriculum_epochs", "0"]),
     "UM": ("each utterance's mean log-mel over its loud frames taken out (features.utterance_mean)", [
         "--model.features.utterance_mean", "true"]),
+    "UQ": ("UM without the bit-depth rounding and the sounds without speech (0.3 and 0.03 in broad_las.yaml): the "
+           "conditions of the first long run, whose validation CER fell faster", [
+        "--model.features.utterance_mean", "true", "--data.augment.quantize_prob", "0", "--data.augment.non_speech_prob", "0"]),
 }
 
 # Stage two: what the long run under-sampled, tried from its last checkpoint (``--from``). The
@@ -126,6 +129,12 @@ STAGE_TWO["HFB2"] = ("HFA2 on broad32 going on: its conditions, the schedule str
                      STAGE_TWO["HFA2"][1])
 STAGE_TWO["HFN"] = ("HFB with each utterance's mean log-mel over its loud frames taken out (features.utterance_mean): "
                     "a fixed colour, as an engine's or a room's, goes", [*STAGE_TWO["HFA"][1], "--model.features.utterance_mean", "true"])
+# A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
+# at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
+STAGE_TWO["UF"] = ("UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept "
+                   "(from UM's last checkpoint)", [*STAGE_TWO["FR"][1], *CANDIDATES["UM"][1]])
+STAGE_TWO["UG"] = ("UF with the listener grown to 256 units per direction (grow_recognizer.py: from the checkpoint it writes)",
+                   [*STAGE_TWO["UF"][1], "--model.las.listener_hidden", "256"])
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
