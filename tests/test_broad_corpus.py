@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -247,6 +248,58 @@ def test_broad_corpus_speaks_held_out_sentences_with_held_out_voices(tmp_path, m
     monkeypatch.setattr(corpus, "_SERIAL_BELOW", 0)
     pooled = corpus.prepare_synth(tmp_path / "pooled", workers=2, **kwargs)
     assert _corpus_bytes(pooled) == _corpus_bytes(out)
+
+
+def _inodes(root):
+    return {str(p.relative_to(root)): p.stat().st_ino for p in root.rglob("*.flac")}
+
+
+def _folders(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir())
+
+
+def test_a_corpus_grown_or_cut_in_place_is_the_corpus_made_afresh_and_keeps_its_whole_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "_BLOCK", 3)
+    kwargs = dict(dev=1, test=1, seed=0, progress=False, workers=1, text="wordnet", engines=("espeak", "piper"))
+    grown = corpus.prepare_synth(tmp_path / "grown", train=4, **kwargs)
+    before = _inodes(grown)
+    spoken = []
+    real_run_block = corpus._run_block
+    monkeypatch.setattr(corpus, "_run_block", lambda task, isolated=False: spoken.extend(task[2]) or real_run_block(task, isolated))
+    corpus.prepare_synth(grown, train=7, **kwargs)
+    assert len(spoken) == 7 + 1 + 1 - 3  # utterance 3 (its block is new), 4-6, dev and test
+    fresh = corpus.prepare_synth(tmp_path / "fresh", train=7, **kwargs)
+    assert _corpus_bytes(grown) == _corpus_bytes(fresh) and _folders(grown) == _folders(fresh)
+    jobs, _ = corpus._plan(grown, {"train": 7, "dev": 1, "test": 1}, 0, "wordnet", ("espeak", "piper"))
+    assert {j.speaker.engine for j in jobs} == {"espeak", "piper"}
+    first_block = {str(Path(j.path).relative_to(grown)) for j in jobs[:3]}
+    assert all(_inodes(grown)[name] == before[name] for name in first_block)  # utterances 0-2: the one whole block, kept
+    cut = corpus.prepare_synth(grown, train=2, **kwargs)
+    assert _corpus_bytes(cut) == _corpus_bytes(corpus.prepare_synth(tmp_path / "small", train=2, **kwargs))
+    assert _folders(cut) == _folders(tmp_path / "small")
+
+
+def test_a_corpus_whose_growing_was_interrupted_keeps_its_old_blocks_the_next_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "_BLOCK", 2)
+    kwargs = dict(dev=0, test=0, seed=0, progress=False, workers=1)
+    out = corpus.prepare_synth(tmp_path / "out", train=4, **kwargs)
+    before = _inodes(out)
+    real_run_block = corpus._run_block
+
+    def stop_after_one_block(task, isolated=False):
+        if task[1] > 2:
+            raise KeyboardInterrupt
+        return real_run_block(task, isolated)
+    monkeypatch.setattr(corpus, "_run_block", stop_after_one_block)
+    with pytest.raises(KeyboardInterrupt):
+        corpus.prepare_synth(out, train=8, **kwargs)
+    assert json.loads((out / "synth.json").read_text())["unfinished"]
+    monkeypatch.setattr(corpus, "_run_block", real_run_block)
+    corpus.prepare_synth(out, train=8, **kwargs)
+    assert all(_inodes(out)[name] == inode for name, inode in before.items())
+    assert _corpus_bytes(out) == _corpus_bytes(corpus.prepare_synth(tmp_path / "fresh", train=8, **kwargs))
+    other_seed = corpus.prepare_synth(out, train=8, **{**kwargs, "seed": 1})  # another corpus: nothing kept
+    assert not set(_inodes(other_seed).values()) & set(before.values())
 
 
 def _crash_on(text, once_marker=None):

@@ -39,6 +39,10 @@ Output of :func:`prepare_synth`::
     <out>/<split>/<speaker>/<chapter>/<speaker>-<chapter>.trans.txt         upper-case text
     <out>/speakers.json   speaker id -> engine, voice, variant, shifts, split
     <out>/synth.json      the settings; written last, it marks a finished corpus
+
+A corpus of the same seed, text and engines with other counts is grown (or cut) in place: the
+training utterances of its whole blocks are the new corpus's first ones, byte for byte, so only the
+rest is spoken (dev and test, whose blocks follow the training split's, are spoken again).
 """
 
 from __future__ import annotations
@@ -303,6 +307,20 @@ def _finished_with(marker: Path, settings: dict) -> bool:
         return False
 
 
+def _reusable_train(marker: Path, settings: dict) -> int:
+    """How many training utterances of the corpus ``marker`` describes are those of a corpus with
+    ``settings`` (the same but for the counts): all of a finished one, the kept ones of a corpus
+    whose growing was interrupted, none of anything else."""
+    try:
+        before = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return 0
+    same = all(before.get(key) == settings[key] for key in ("version", "seed", "sample_rate", "text", "engines"))
+    if not same or not isinstance(before.get("train"), int):
+        return 0
+    return int(before.get("reusable_train", before["train"]) if before.get("unfinished") else before["train"])
+
+
 def _check_choices(text: str, engines: Sequence[str]) -> tuple[str, ...]:
     if text not in TEXTS:
         raise ValueError(f"text must be one of {', '.join(TEXTS)}, got {text!r}")
@@ -329,8 +347,9 @@ def prepare_synth(
 ) -> Path:
     """Write the synthetic spoken corpus (layout in the module docstring).
 
-    A finished corpus with the same settings is left as it is; one with other settings, or
-    an unfinished one, is replaced. Read it back with
+    A finished corpus with the same settings is left as it is. One with the same seed, text and
+    engines and other counts (or one whose growing was interrupted) keeps its first training
+    utterances, in whole blocks, and speaks only the rest; any other is replaced. Read it back with
     :func:`speech_attend.data.readers.read_librispeech` (``subsets=["train"]`` etc.).
 
     Args:
@@ -367,27 +386,37 @@ def prepare_synth(
     if _finished_with(marker, settings):
         return out
     for split in SPLITS:
-        folder = out / split
-        if folder.exists():
-            if not speakers_file.is_file():
-                raise ValueError(
-                    f"{folder} exists but {out} is not a synthetic corpus (no speakers.json); "
-                    "expected an empty or new output folder"
-                )
-            shutil.rmtree(folder)
-    marker.unlink(missing_ok=True)
+        if (out / split).exists() and not speakers_file.is_file():
+            raise ValueError(
+                f"{out / split} exists but {out} is not a synthetic corpus (no speakers.json); "
+                "expected an empty or new output folder"
+            )
+    # Training utterances 0..kept-1 of a corpus with the same seed, text and engines are this one's.
+    kept = min(train, _reusable_train(marker, settings)) // _BLOCK * _BLOCK  # whole blocks: piper seeds per block
     out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({**settings, "unfinished": True, "reusable_train": kept}, indent=1) + "\n")
     speakers_file.write_text(json.dumps(
         {s.speaker_id: {k: v for k, v in asdict(s).items() if k != "speaker_id"} for s in corpus_speakers(text, engines)},
         indent=1,
     ) + "\n")
 
     jobs, transcripts = _plan(out, counts, seed, text, engines)
+    keep = {job.path for job in jobs[:kept]}
+    for split in SPLITS:  # everything but the kept utterances goes, so the folder holds this corpus alone
+        for path in sorted((out / split).rglob("*")) if (out / split).is_dir() else []:
+            if path.is_file() and str(path) not in keep:
+                path.unlink()
+        for folder in sorted((out / split).rglob("*"), reverse=True) if (out / split).is_dir() else []:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
     for transcript, lines in transcripts.items():
         transcript.parent.mkdir(parents=True, exist_ok=True)
         transcript.write_text("\n".join(lines) + "\n")
 
-    tasks = [(seed, i // _BLOCK, jobs[i: i + _BLOCK]) for i in range(0, len(jobs), _BLOCK)]
+    # a block is spoken unless every utterance of it is kept and on disk
+    tasks = [(seed, i // _BLOCK, jobs[i: i + _BLOCK]) for i in range(0, len(jobs), _BLOCK)
+             if not all(job.path in keep and os.path.isfile(job.path) for job in jobs[i: i + _BLOCK])]
+    jobs = [job for task in tasks for job in task[2]]
     workers = _default_workers() if workers is None else max(1, workers)
     bar = tqdm(total=len(jobs), desc=f"synth {out.name}", unit="utt", disable=not progress)
     if len(jobs) < _SERIAL_BELOW or sys.platform != "linux":
