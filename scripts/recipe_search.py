@@ -27,6 +27,10 @@ A candidate stopped by hand with SIGTERM (to free its core) is scored at the che
 The winner is the lowest CER at equal time, with the slope at the end as the tie-breaker: what a
 longer run of it would give, not what it gives per step. ``--plot-only`` rebuilds the JSON and the
 plot from runs already there.
+
+One seed draws one set of first weights and one order of batches, and two seeds can differ at a
+few thousand steps by more than two candidates do (docs/BENCHMARKS.md, "Seeds"): before calling
+a winner, repeat the pair on another seed (``--seed 1 --out outputs/search_seed1``).
 """
 
 from __future__ import annotations
@@ -175,9 +179,9 @@ def _start(start: Path | None, max_steps: int | None, out: Path, name: str) -> t
 
 
 def _train(out: Path, name: str, minutes: float, data: Path | None, start: Path | None = None,
-           max_steps: int | None = None) -> subprocess.Popen:
+           max_steps: int | None = None, seed: int | None = None) -> subprocess.Popen:
     before, schedule = _start(start, max_steps, out, name)
-    overrides = _overrides(name, data) + schedule
+    overrides = _overrides(name, data) + schedule + ([] if seed is None else ["--seed_everything", str(seed)])
     log = (out / f"{name}.log").open("a")
     command = [*SPEECH_ATTEND, "fit", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
                "--trainer.max_time", _max_time(before / 60 + minutes), "--trainer.enable_progress_bar", "false", *overrides]
@@ -297,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="start", type=Path,
                         help="stage two: the checkpoint each candidate goes on from, or an exported folder each starts a new run from")
     parser.add_argument("--max-steps", type=int, help="stage two: the stretched schedule's last step")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the runs' seed (default: the config's, 0): the first weights and the batches' order; "
+                             "give each seed its own --out")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",")] if args.only else list(STAGE_TWO if args.start else CANDIDATES)
     unknown = [n for n in names if n not in RECIPES]
@@ -318,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             pair = names[first : first + 2]
             start = time.time()
             print(f"training {', '.join(pair)} for {args.minutes:g} minutes each", flush=True)
-            running = [_train(args.out, name, args.minutes, args.data, args.start, args.max_steps) for name in pair]
+            running = [_train(args.out, name, args.minutes, args.data, args.start, args.max_steps, args.seed) for name in pair]
             codes = [p.wait() for p in running]
             if any(code not in (0, STOPPED) for code in codes):
                 print(f"recipe_search: error: training {pair} exited {codes}; see {args.out}/<name>.log", file=sys.stderr)

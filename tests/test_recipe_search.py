@@ -118,3 +118,19 @@ def test_every_candidate_s_overrides_name_options_the_cli_knows(capsys):
         code = stop.code
     assert code in (0, None), capsys.readouterr().err
     assert "utterance_mean: true" in capsys.readouterr().out  # UM's (and HFN's) override reached the config
+
+
+def test_a_seed_given_to_the_search_reaches_each_candidate_s_fit(tmp_path, monkeypatch):
+    """Two seeds draw different first weights: a search repeated on another seed must train with it."""
+    started = []
+
+    class Started:
+        def __init__(self, command, **kwargs):
+            started.append(command)
+
+    monkeypatch.setattr(recipe_search.subprocess, "Popen", Started)
+    recipe_search._train(tmp_path, "A", 1.0, None, seed=7)
+    recipe_search._train(tmp_path, "UM", 1.0, None)
+    with_seed, without = started
+    assert with_seed[with_seed.index("--seed_everything") + 1] == "7"
+    assert "--seed_everything" not in without  # the config's seed (0), as every earlier search
