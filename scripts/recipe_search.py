@@ -133,6 +133,9 @@ STAGE_TWO["HFB2"] = ("HFA2 on broad32 going on: its conditions, the schedule str
                      STAGE_TWO["HFA2"][1])
 STAGE_TWO["HFN"] = ("HFB with each utterance's mean log-mel over its loud frames taken out (features.utterance_mean): "
                     "a fixed colour, as an engine's or a room's, goes", [*STAGE_TWO["HFA"][1], "--model.features.utterance_mean", "true"])
+STAGE_TWO["HFAT"] = ("HFA with HFT's other timbre for 30% of the utterances: on the whole WordNet text (data/broad38) the "
+                     "new sentences for the voices near training, the timbre for the engines never heard",
+                     [*STAGE_TWO["HFA"][1], "--data.augment.timbre_prob", "0.3"])
 # A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
 # at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
 STAGE_TWO["UF"] = ("UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept "

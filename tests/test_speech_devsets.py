@@ -51,6 +51,16 @@ def test_devsets_build_every_group_as_a_readable_corpus(devsets):
     assert not (devsets / "train").exists()
 
 
+def test_espeak_only_writes_a_group_of_other_clips_and_nothing_else(devsets, tmp_path):
+    assert speech_devsets.main(["--out", str(tmp_path / "larger"), "--per-group", "3", "--seed", "7", "--espeak-only"]) == 0
+    groups = json.loads((tmp_path / "larger" / "devsets.json").read_text())["groups"]
+    assert list(groups) == ["espeak_unseen"]
+    assert sorted(p.name for p in (tmp_path / "larger").iterdir()) == ["devsets.json", "espeak_unseen"]
+    larger = read_librispeech(tmp_path / "larger", ["espeak_unseen"])
+    assert len(larger) == 3
+    assert {u.text for u in larger} != {u.text for u in read_librispeech(devsets, ["espeak_unseen"])}  # another seed: other clips
+
+
 def test_training_corpus_cannot_be_written_beside_evaluation_sets(devsets):
     with pytest.raises(ValueError, match="evaluation sets"):
         prepare_synth(devsets, train=2, dev=0, test=0, progress=False)
@@ -121,6 +131,13 @@ def test_recording_check_gives_each_condition_s_wer_ratio_with_its_interval(devs
         assert r["wer_ratio"] == pytest.approx(r["wer"] / by_condition["clean"]["wer"]) and low <= r["wer_ratio"] <= high
     assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+    assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen",
+                                 "--conditions", "-50 dB", "--json"]) == 0
+    only = json.loads(capsys.readouterr().out)["espeak_unseen"]
+    assert list(only) == ["clean", "-50 dB"]  # clean always, first: the ratio's reference
+    assert only["-50 dB"]["wer"] == by_condition["-50 dB"]["wer"] and only["-50 dB"]["wer_ratio"] == by_condition["-50 dB"]["wer_ratio"]
+    assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--conditions", "-60 dB"]) == 2
+    assert "-60 dB" in capsys.readouterr().err
 
 
 def _fake_alsa_sounds(folder: Path, clips: list[str]) -> Path:
