@@ -1,7 +1,9 @@
-"""The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume.
+"""The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume;
+and the soup of several runs (``uniform_soup``, ``scripts/average_models.py``).
 
 The recognizer's fit and export with it: ``tests/test_recognizer_cli.py``."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,10 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from shared.training.averaging import TRAINED_STATE, WeightAverage
+from shared.training.averaging import TRAINED_STATE, WeightAverage, uniform_soup
+from shared.training.model_files import export_folder, load_model_files
+
+import average_models
 
 
 class Line(pl.LightningModule):
@@ -114,3 +119,49 @@ def test_averaging_is_off_by_default_and_adds_nothing_to_a_checkpoint(tmp_path):
 def test_a_decay_outside_0_to_1_is_refused_naming_it(decay):
     with pytest.raises(ValueError, match=rf"averaging.decay {decay}: expected a number in \[0, 1\)"):
         WeightAverage(decay=decay)
+
+
+def test_a_soup_is_the_mean_of_the_models_float_weights_and_keeps_their_shared_counters():
+    models = [{"w": torch.full((2, 3), float(k)), "count": torch.tensor(7)} for k in (1, 2, 6)]
+    soup = uniform_soup(models)
+    torch.testing.assert_close(soup["w"], torch.full((2, 3), 3.0))
+    assert soup["count"].dtype == torch.long and int(soup["count"]) == 7
+
+
+@pytest.mark.parametrize("other, message", [
+    ({"w": torch.zeros(3, 2), "count": torch.tensor(7)}, r"w: shape \(3, 2\) in model 2"),
+    ({"w": torch.zeros(2, 3), "count": torch.tensor(8)}, "count: a non-float tensor that differs"),
+    ({"v": torch.zeros(2, 3), "count": torch.tensor(7)}, "other weights than model 1"),
+])
+def test_a_soup_of_models_that_are_not_one_architecture_is_refused_naming_the_weight(other, message):
+    with pytest.raises(ValueError, match=message):
+        uniform_soup([{"w": torch.zeros(2, 3), "count": torch.tensor(7)}, other])
+
+
+def _export(folder: Path, value: float, hyper_parameters: dict, language_model: bytes = b"lm") -> Path:
+    export_folder(folder, "speech-attend", {"w": torch.full((4,), value)}, hyper_parameters)
+    (folder / "lm.safetensors").write_bytes(language_model)
+    return folder
+
+
+def test_average_models_writes_the_mean_export_with_the_first_models_language_model(tmp_path, capsys):
+    a = _export(tmp_path / "a", 1.0, {"size": 4})
+    b = _export(tmp_path / "b", 3.0, {"size": 4})
+    assert average_models.main(["--models", str(a), str(b), "--out", str(tmp_path / "soup")]) == 0
+    soup = load_model_files(tmp_path / "soup", "speech-attend")
+    torch.testing.assert_close(soup.state_dict["w"], torch.full((4,), 2.0))
+    assert soup.hyper_parameters == {"size": 4} and (tmp_path / "soup" / "lm.safetensors").read_bytes() == b"lm"
+    assert "relative distances between them: 2.0000" in capsys.readouterr().out  # ||1 - 3|| / ||1||
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hyper_parameters": {"size": 8}}, "its settings differ from .*'s \\(size\\)"),
+    ({"language_model": b"another"}, "lm.safetensors: missing or not the same file"),
+])
+def test_average_models_refuses_exports_that_are_not_one_model_in_one_line(tmp_path, capsys, change, message):
+    a = _export(tmp_path / "a", 1.0, {"size": 4})
+    b = _export(tmp_path / "b", 3.0, **{"hyper_parameters": {"size": 4}, **change})
+    assert average_models.main(["--models", str(a), str(b), "--out", str(tmp_path / "soup")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("average_models: error: ")
+    assert re.search(message, error) and not (tmp_path / "soup").exists()

@@ -20,6 +20,15 @@ What a run does with it:
 
 Lightning's ``EMAWeightAveraging`` is not used: it averages buffers too (the recognizer's
 integer frame count among them) or, without them, swaps stale copies in at validation.
+
+Across runs, :func:`uniform_soup` averages the weights of models fine-tuned from one start with
+different seeds (a uniform "model soup", Wortsman et al. 2022):
+
+    theta = (1 / K) * sum_k theta_k
+
+Fine-tunes of one model stay in one basin of the loss, so their mean is a model too, and often
+better than each; models trained apart from the start are not (their units are not aligned).
+``scripts/average_models.py`` writes the soup of exported folders.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-__all__ = ["WeightAverage", "TRAINED_STATE"]
+__all__ = ["WeightAverage", "TRAINED_STATE", "uniform_soup"]
 
 TRAINED_STATE = "trained_state_dict"  # checkpoint key: the weights the optimizer trains
 
@@ -100,3 +109,37 @@ class WeightAverage(pl.Callback):
         if self.enabled:
             self.average = {name: p.detach().clone() for name, p in self._parameters(pl_module).items()}
         pl_module.load_state_dict(checkpoint[TRAINED_STATE])
+
+
+def uniform_soup(state_dicts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The mean of ``K`` models' floating-point tensors; every other tensor (a counter) must be equal.
+
+    Args:
+        state_dicts (list of dict): the models' tensors, the same names and shapes in each.
+
+    Returns:
+        dict: name -> the mean (floating point, in the first model's dtype) or the shared value.
+
+    Raises:
+        ValueError: fewer than two models, different names or shapes, or unequal non-float tensors.
+    """
+    if len(state_dicts) < 2:
+        raise ValueError(f"a soup needs at least two models, got {len(state_dicts)}")
+    first = state_dicts[0]
+    for k, other in enumerate(state_dicts[1:], start=2):
+        if other.keys() != first.keys():
+            different = sorted(other.keys() ^ first.keys())
+            raise ValueError(f"model {k} has other weights than model 1 ({', '.join(different[:3])}): not the same architecture")
+        for name, tensor in other.items():
+            if tensor.shape != first[name].shape:
+                raise ValueError(f"{name}: shape {tuple(tensor.shape)} in model {k}, {tuple(first[name].shape)} in model 1")
+            if not tensor.is_floating_point() and not torch.equal(tensor, first[name]):
+                raise ValueError(f"{name}: a non-float tensor that differs between model 1 and model {k}; it cannot be averaged")
+    soup = {}
+    for name, tensor in first.items():
+        if tensor.is_floating_point():
+            mean = torch.stack([s[name].double() for s in state_dicts]).mean(0)
+            soup[name] = mean.to(tensor.dtype)
+        else:
+            soup[name] = tensor.clone()
+    return soup
