@@ -1,6 +1,6 @@
 """Average exported models fine-tuned from one start into one exported model (a uniform model soup).
 
-    python scripts/average_models.py --models outputs/ft26/HFA_export outputs/ft26s3/HFA_export --out outputs/ft26/soup
+    python scripts/average_models.py --models outputs/ft26s2/HFA_export outputs/ft26s3/HFA_export --out outputs/ft26soup
 
 Each weight of the result is the mean of the models' (``shared.training.averaging.uniform_soup``).
 The models must be the same model apart from their weights: the same ``config.json``, and every

@@ -165,3 +165,16 @@ def test_average_models_refuses_exports_that_are_not_one_model_in_one_line(tmp_p
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("average_models: error: ")
     assert re.search(message, error) and not (tmp_path / "soup").exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda folder: (folder / "config.json").unlink(), "an exported model folder needs model.safetensors and config.json"),
+    (lambda folder: (folder / "model.safetensors").write_bytes(b"garbage"), "model.safetensors: not a readable safetensors file"),
+])
+def test_average_models_names_a_missing_or_corrupt_export_in_one_line(tmp_path, capsys, damage, message):
+    a = _export(tmp_path / "a", 1.0, {"size": 4})
+    b = _export(tmp_path / "b", 3.0, {"size": 4})
+    damage(b)
+    assert average_models.main(["--models", str(a), str(b), "--out", str(tmp_path / "soup")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and re.search(message, error) and str(b) in error
