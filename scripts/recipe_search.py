@@ -136,6 +136,12 @@ STAGE_TWO["HFN"] = ("HFB with each utterance's mean log-mel over its loud frames
 STAGE_TWO["HFAT"] = ("HFA with HFT's other timbre for 30% of the utterances: on the whole WordNet text (data/broad38) the "
                      "new sentences for the voices near training, the timbre for the engines never heard",
                      [*STAGE_TWO["HFA"][1], "--data.augment.timbre_prob", "0.3"])
+# Part of the utterance mean as a fine-tune: HFN (all of it) lost, and at inference alone moving
+# each utterance's colour halfway to the training set's traded eSpeak for Flite.
+for _alpha in (25, 50):
+    STAGE_TWO[f"CS{_alpha}"] = (f"HFA with each utterance's colour moved {_alpha} % of the way to the training set's mean colour "
+                                f"(features.colour_shrink {_alpha / 100:g})",
+                                [*STAGE_TWO["HFA"][1], "--model.features.colour_shrink", str(_alpha / 100)])
 # A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
 # at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
 STAGE_TWO["UF"] = ("UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept "

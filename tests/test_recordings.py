@@ -10,13 +10,14 @@ import soundfile as sf
 import torch
 
 from shared import Vocabulary
-from shared.training.model_files import export_folder
+from shared.training.model_files import export_folder, load_model_files
 from speech_attend.data.augment import AugmentConfig, augment_batch
 from speech_attend.cli import main as speech_attend
-from speech_attend.model.features import (FeatureConfig, FeatureFrontend, loud_frames, normalise_level, remove_dc, sample_step,
-                                          speech_level, subtract_utterance_mean)
+from speech_attend.model.features import (ColourShrink, FeatureConfig, FeatureFrontend, loud_frames, loud_mean, normalise_level,
+                                          remove_dc, sample_step, speech_level, subtract_utterance_mean)
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
 from speech_attend.infer.transcribe import APP, Transcriber, is_silent
+from speech_attend.train.module import RecognizerModule
 
 RATE = 16000
 _LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
@@ -124,6 +125,55 @@ def test_the_utterance_mean_is_off_unless_asked_for_and_its_range_is_checked():
     assert not FeatureConfig().utterance_mean and not FeatureConfig.from_saved({"n_mels": 80}).utterance_mean
     with pytest.raises(ValueError, match="utterance_mean_db"):
         FeatureConfig(utterance_mean=True, utterance_mean_db=0.0)
+
+
+def test_the_colour_shrink_moves_a_fixed_colour_that_fraction_of_the_way_to_the_training_colour():
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(2, 60, 8, generator=generator) - 2.0  # natural-log mel powers
+    frames = torch.tensor([60, 40])
+    colour = torch.linspace(-3, 3, 8)  # a constant per band
+    for alpha in (0.25, 0.5, 1.0):
+        shrink = ColourShrink(8, alpha)
+        shrink.set_mean(torch.full((8,), -2.0, dtype=torch.float64) * 5, 5)  # the training colour: -2 in every band
+        loud = loud_frames(features, frames, 30.0)
+        plain = shrink(features, frames, loud)
+        coloured = shrink(features + colour, frames, loud_frames(features + colour, frames, 30.0))
+        # x - alpha (m - mu): what the colour adds is left at (1 - alpha) of itself
+        torch.testing.assert_close(coloured[0] - plain[0], (1 - alpha) * colour.expand(60, 8))
+        torch.testing.assert_close(loud_mean(plain, loud), loud_mean(features, loud) * (1 - alpha) + alpha * -2.0)
+        assert not plain[1, 40:].any()  # padding stays 0
+
+
+def test_the_colour_shrink_is_off_by_default_and_leaves_other_models_state_as_it_was():
+    assert FeatureConfig().colour_shrink == 0 and FeatureConfig.from_saved({"n_mels": 80}).colour_shrink == 0
+    plain = FeatureFrontend(FeatureConfig())
+    assert plain.colour is None and not any("colour" in key for key in plain.state_dict())
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="colour_shrink"):
+            FeatureConfig(colour_shrink=bad)
+    with pytest.raises(ValueError, match="set one of them"):
+        FeatureConfig(colour_shrink=0.5, utterance_mean=True)
+
+
+def test_a_model_that_shrinks_colours_started_from_weights_without_gets_its_training_colour_and_keeps_its_norm(tmp_path):
+    def module(**features):
+        return RecognizerModule(las=_LAS, features=FeatureConfig(freq_masks=0, time_masks=0, **features), vocabulary=_CHARS)
+
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(3, RATE, generator=generator) * 0.1, torch.tensor([RATE, 12000, 9000]))]
+    trained = module()
+    trained.set_feature_statistics(batches)
+    export_folder(tmp_path / "export", APP, trained.model.state_dict(), dict(trained.hparams))
+    shrinking = module(colour_shrink=0.5)
+    shrinking.load_model_weights(load_model_files(tmp_path / "export", APP), "test")
+    frontend = shrinking.model.frontend
+    assert frontend.norm.initialised and not frontend.colour.initialised and frontend.needs_statistics
+    norm_before = frontend.norm.mean.clone()
+    shrinking.set_feature_statistics(batches)  # fit's start: the colour only
+    assert not frontend.needs_statistics and int(frontend.colour.utterances) == 3
+    torch.testing.assert_close(frontend.norm.mean, norm_before)
+    raw, frames = frontend._logmel(*batches[0])
+    torch.testing.assert_close(frontend.colour.mean, loud_mean(raw, loud_frames(raw, frames, 30.0)).mean(0))
 
 
 def _rounded_to_16_bits(wave: torch.Tensor) -> torch.Tensor:

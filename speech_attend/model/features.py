@@ -36,6 +36,16 @@ percentile of the frames' mean log power), so that pauses and leading silence do
 
     x'_td = x_td - sum_{t in S} x_td / |S|
 
+A model trained without it has learned the training voices' colours, and relearns slowly once they
+are gone. ``colour_shrink`` takes part of the way instead: each band's loud-frame mean ``m_d``
+moves the fraction ``alpha`` of the way to ``mu_d``, the mean of ``m_d`` over training utterances
+(a buffer, computed with the global statistics):
+
+    x'_td = x_td - alpha * (m_d - mu_d),   m_d = sum_{t in S} x_td / |S|
+
+``alpha`` 0 leaves the features as they are, 1 gives every utterance the training set's mean
+colour (the utterance mean, less a constant).
+
 The whole front end lives inside the model, so training, validation and ``transcribe`` share
 one code path, and the feature settings and the training-set statistics travel with every
 checkpoint (the statistics are buffers). SpecAugment (Park et al. 2019) masks frequency bands
@@ -58,7 +68,7 @@ from shared import lengths_to_mask
 
 
 __all__ = ["FeatureConfig", "remove_dc", "speech_level", "level_gain", "normalise_level", "sample_step", "LogMel", "GlobalNorm",
-           "loud_frames", "subtract_utterance_mean", "SpecAugment", "FeatureFrontend"]
+           "loud_frames", "loud_mean", "subtract_utterance_mean", "ColourShrink", "SpecAugment", "FeatureFrontend"]
 
 # The loudest sample the front end takes, as the audio readers (speech_attend.data.audio): past it
 # the frame powers of the level step overflow, and such input is not audio but a broken file.
@@ -93,6 +103,7 @@ class FeatureConfig:
     rounding_floor: float = 0.1  # a band keeps at least this fraction of its power after the subtraction
     utterance_mean: bool = False  # subtract each band's mean over the utterance's loud frames (a fixed colour goes)
     utterance_mean_db: float = 30.0  # loud frames: within this of the utterance's loud speech
+    colour_shrink: float = 0.0  # move each band's loud-frame mean this fraction of the way to the training set's (0: off)
 
     def __post_init__(self):
         if self.sample_rate <= 0 or self.n_mels <= 0 or self.win_ms <= 0 or self.hop_ms <= 0:
@@ -109,6 +120,10 @@ class FeatureConfig:
             raise ValueError(f"rounding_floor must be in (0, 1], got {self.rounding_floor}")
         if not 0.0 < self.utterance_mean_db <= 120.0:
             raise ValueError(f"utterance_mean_db must be in (0, 120] dB, got {self.utterance_mean_db}")
+        if not 0.0 <= self.colour_shrink <= 1.0:
+            raise ValueError(f"colour_shrink must be in [0, 1], got {self.colour_shrink}")
+        if self.colour_shrink > 0 and self.utterance_mean:
+            raise ValueError("colour_shrink and utterance_mean both take out an utterance's colour; set one of them")
 
     @classmethod
     def from_saved(cls, saved: dict | None) -> "FeatureConfig":
@@ -325,6 +340,12 @@ def loud_frames(features: torch.Tensor, frames: torch.Tensor, range_db: float) -
     return valid & (energy >= loud - range_db * math.log(10) / 10)  # dB -> nats of power
 
 
+def loud_mean(features: torch.Tensor, loud: torch.Tensor) -> torch.Tensor:
+    """Each band's mean over the loud frames: `(B, T, D)`, bool `(B, T)` -> `(B, D)` (0 where none is loud)."""
+    weights = loud.unsqueeze(-1).to(features.dtype)  # (B, T, 1)
+    return (features * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+
+
 def subtract_utterance_mean(features: torch.Tensor, frames: torch.Tensor, loud: torch.Tensor) -> torch.Tensor:
     """Each band less its mean over its utterance's loud frames.
 
@@ -336,9 +357,42 @@ def subtract_utterance_mean(features: torch.Tensor, frames: torch.Tensor, loud: 
     Returns:
         torch.Tensor: `(B, T, D)`; padding frames stay 0.
     """
-    weights = loud.unsqueeze(-1).to(features.dtype)  # (B, T, 1)
-    mean = (features * weights).sum(1, keepdim=True) / weights.sum(1, keepdim=True).clamp_min(1.0)  # (B, 1, D)
-    return (features - mean) * lengths_to_mask(frames, features.size(1)).unsqueeze(-1)
+    return (features - loud_mean(features, loud).unsqueeze(1)) * lengths_to_mask(frames, features.size(1)).unsqueeze(-1)
+
+
+class ColourShrink(nn.Module):
+    """Moves each utterance's colour part of the way to the training set's mean colour.
+
+    ``x'_td = x_td - alpha * (m_d - mu_d)``, with ``m_d`` the band's mean over the utterance's loud
+    frames and ``mu_d`` its mean over training utterances (a buffer, as :class:`GlobalNorm`'s).
+
+    Args:
+        num_features (int): feature size ``D``.
+        alpha (float): the fraction of the way, in (0, 1].
+    """
+
+    def __init__(self, num_features: int, alpha: float):
+        super().__init__()
+        self.alpha = alpha
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("utterances", torch.zeros((), dtype=torch.long))  # 0 = not computed yet
+
+    @property
+    def initialised(self) -> bool:
+        return int(self.utterances) > 0
+
+    @torch.no_grad()
+    def set_mean(self, total: torch.Tensor, utterances: int) -> None:
+        """Set ``mu`` from the sum of ``utterances`` loud-frame means (float64 `(D,)`)."""
+        if utterances <= 0:
+            raise ValueError("the training colour needs at least one utterance of training audio")
+        self.mean.copy_((total / utterances).float())
+        self.utterances.fill_(utterances)
+
+    def forward(self, features: torch.Tensor, frames: torch.Tensor, loud: torch.Tensor) -> torch.Tensor:
+        """`(B, T, D)` log-mel (before normalisation) -> `(B, T, D)`; padding frames stay 0."""
+        shift = self.alpha * (loud_mean(features, loud) - self.mean)  # (B, D)
+        return (features - shift[:, None, :]) * lengths_to_mask(frames, features.size(1)).unsqueeze(-1)
 
 
 class SpecAugment(nn.Module):
@@ -405,6 +459,8 @@ class FeatureFrontend(nn.Module):
         self.config = config
         self.logmel = LogMel(config)
         self.norm = GlobalNorm(config.n_mels)
+        # Only a model that shrinks colours holds the training colour, so other state dicts stay as they were.
+        self.colour = ColourShrink(config.n_mels, config.colour_shrink) if config.colour_shrink > 0 else None
         self.spec_augment = SpecAugment(config)
 
     @property
@@ -439,23 +495,41 @@ class FeatureFrontend(nn.Module):
             return self.logmel(waveforms, lengths, rounding_variance)
         return self.logmel(waveforms, lengths)
 
+    @property
+    def needs_statistics(self) -> bool:
+        """Whether the training-set statistics (the global norm's, the training colour) are still missing."""
+        return not self.norm.initialised or (self.colour is not None and not self.colour.initialised)
+
+    def _loud(self, features: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        return loud_frames(features, frames, self.config.utterance_mean_db)
+
     @torch.no_grad()
     def accumulate_statistics(self, batches) -> int:
-        """Compute the global statistics from an iterable of ``(waveforms, lengths)`` batches.
+        """Compute the missing training-set statistics from an iterable of ``(waveforms, lengths)``
+        batches: the global norm's (over frames) and the training colour (over utterances). Both
+        are taken from the log-mel as it comes, before the colour is shrunk.
 
         Returns:
             int: frames seen.
         """
+        norm, colour = not self.norm.initialised, self.colour is not None and not self.colour.initialised
         total = torch.zeros(self.config.n_mels, dtype=torch.float64)
         total_sq = torch.zeros_like(total)
-        count = 0
+        colour_total = torch.zeros_like(total)
+        count = utterances = 0
         for waveforms, lengths in batches:
             features, frames = self._logmel(waveforms.to(self.norm.mean.device), lengths.to(self.norm.mean.device))
             valid = features[lengths_to_mask(frames, features.size(1))].double().cpu()  # (frames, D)
             total += valid.sum(0)
             total_sq += (valid**2).sum(0)
             count += valid.size(0)
-        self.norm.set_statistics(total, total_sq, count)
+            spoken = frames > 0
+            colour_total += loud_mean(features, self._loud(features, frames))[spoken].double().sum(0).cpu()
+            utterances += int(spoken.sum())
+        if norm:
+            self.norm.set_statistics(total, total_sq, count)
+        if colour:
+            self.colour.set_mean(colour_total, utterances)
         return count
 
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -467,8 +541,10 @@ class FeatureFrontend(nn.Module):
             (torch.Tensor, torch.Tensor): features `(B, T, n_mels)` and frames `(B,)`.
         """
         features, frames = self._logmel(waveforms, lengths)
-        loud = loud_frames(features, frames, self.config.utterance_mean_db) if self.config.utterance_mean else None
+        loud = self._loud(features, frames) if self.config.utterance_mean or self.colour is not None else None
+        if self.colour is not None:
+            features = self.colour(features, frames, loud)
         features = self.norm(features, frames)
-        if loud is not None:
+        if self.config.utterance_mean:
             features = subtract_utterance_mean(features, frames, loud)
         return self.spec_augment(features, frames), frames

@@ -124,8 +124,9 @@ class RecognizerModule(AttendModule):
 
     def set_feature_statistics(self, batches) -> None:
         """Normalise features with the statistics of ``(waveforms, lengths)`` batches of training
-        audio, unless the model has them already (a resumed run)."""
-        if not self.model.frontend.norm.initialised:
+        audio, unless the model has them already (a resumed run; a model whose colour shrink is new
+        gets its training colour and keeps its norm)."""
+        if self.model.frontend.needs_statistics:
             start = time.time()
             frames = self.model.frontend.accumulate_statistics(batches)
             rank_zero_info(f"feature statistics from {frames} frames of training audio in {time.time() - start:.1f} s")
@@ -146,6 +147,7 @@ class RecognizerModule(AttendModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         _optimizer_states_from_lstm_cells(checkpoint, self)  # runs saved before the shared LSTM step resume too
+        _training_colour_from_model(checkpoint, self)  # weights saved without a colour shrink start one
 
     def _progress(self) -> float:
         """Fraction of training done; 1 outside ``fit`` (validate/test use the final weights)."""
@@ -299,3 +301,14 @@ def _optimizer_states_from_lstm_cells(checkpoint: dict, module: "RecognizerModul
             for i, name in enumerate(names) if name in moments["exp_avg"]
         }
         groups[0]["params"] = list(range(len(names)))
+
+
+def _training_colour_from_model(checkpoint: dict, module: RecognizerModule) -> None:
+    """A model that shrinks colours, started from weights saved without: its training colour
+    starts uncomputed (``fit`` computes it before the first step; see ``FeatureFrontend``)."""
+    colour = module.model.frontend.colour
+    state = checkpoint.get("state_dict", {})
+    if colour is None or "model.frontend.colour.mean" in state:
+        return
+    for name, buffer in colour.named_buffers():
+        state[f"model.frontend.colour.{name}"] = torch.zeros_like(buffer)
