@@ -40,6 +40,11 @@ def _app(folder: Path) -> str:
         raise CheckpointError(f"{config}: not a model config ({err})") from None
 
 
+def _side_files(folder: Path) -> list[str]:
+    """The files of an exported folder besides its weights and config (a recognizer's language model)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in (WEIGHTS_FILE, CONFIG_FILE))
+
+
 def relative_distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     """``||a - b|| / ||a||`` over the floating-point tensors of two models."""
     names = [n for n, t in a.items() if t.is_floating_point()]
@@ -62,8 +67,11 @@ def average_exports(folders: list[Path], out: Path) -> list[float]:
             changed = sorted(k for k in model.hyper_parameters.keys() | models[0].hyper_parameters.keys()
                              if model.hyper_parameters.get(k) != models[0].hyper_parameters.get(k))
             raise ValueError(f"{folder}: its settings differ from {folders[0]}'s ({', '.join(changed)}); a soup needs one model")
-    side_files = sorted(p.name for p in folders[0].iterdir() if p.is_file() and p.name not in (WEIGHTS_FILE, CONFIG_FILE))
+    side_files = _side_files(folders[0])
     for folder in folders[1:]:
+        extra = sorted(set(_side_files(folder)) - set(side_files))
+        if extra:
+            raise ValueError(f"{folder / extra[0]}: not in {folders[0]}; the folders must hold the same files")
         for name in side_files:
             if not (folder / name).is_file() or not filecmp.cmp(folders[0] / name, folder / name, shallow=False):
                 raise ValueError(f"{folder / name}: missing or not the same file as {folders[0] / name}")

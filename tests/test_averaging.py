@@ -138,9 +138,11 @@ def test_a_soup_of_models_that_are_not_one_architecture_is_refused_naming_the_we
         uniform_soup([{"w": torch.zeros(2, 3), "count": torch.tensor(7)}, other])
 
 
-def _export(folder: Path, value: float, hyper_parameters: dict, language_model: bytes = b"lm") -> Path:
+def _export(folder: Path, value: float, hyper_parameters: dict, language_model: bytes = b"lm", extra: str | None = None) -> Path:
     export_folder(folder, "speech-attend", {"w": torch.full((4,), value)}, hyper_parameters)
     (folder / "lm.safetensors").write_bytes(language_model)
+    if extra is not None:
+        (folder / extra).write_bytes(b"{}")
     return folder
 
 
@@ -157,6 +159,7 @@ def test_average_models_writes_the_mean_export_with_the_first_models_language_mo
 @pytest.mark.parametrize("change, message", [
     ({"hyper_parameters": {"size": 8}}, "its settings differ from .*'s \\(size\\)"),
     ({"language_model": b"another"}, "lm.safetensors: missing or not the same file"),
+    ({"extra": "lm.json"}, "b/lm.json: not in .*a; the folders must hold the same files"),
 ])
 def test_average_models_refuses_exports_that_are_not_one_model_in_one_line(tmp_path, capsys, change, message):
     a = _export(tmp_path / "a", 1.0, {"size": 4})
