@@ -523,9 +523,10 @@ class FeatureFrontend(nn.Module):
             total += valid.sum(0)
             total_sq += (valid**2).sum(0)
             count += valid.size(0)
-            spoken = frames > 0
-            colour_total += loud_mean(features, self._loud(features, frames))[spoken].double().sum(0).cpu()
-            utterances += int(spoken.sum())
+            if colour:  # the loud frames' percentile is the costly part: only when the colour is missing
+                spoken = frames > 0
+                colour_total += loud_mean(features, self._loud(features, frames))[spoken].double().sum(0).cpu()
+                utterances += int(spoken.sum())
         if norm:
             self.norm.set_statistics(total, total_sq, count)
         if colour:
