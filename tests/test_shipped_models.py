@@ -46,8 +46,9 @@ def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
 
 
 def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_path):
-    # timing_check's one-second sounds (same seed): the recognizer shipped before this one wrote
-    # "a winning enery" for the tones.
+    # timing_check's one-second sounds (same seed). Over the tones the shipped speller spells "are an
+    # indening" while its CTC head reads one "a": the no-speech check (timing.NO_SPEECH_CTC_SHARE)
+    # must keep such invented words out.
     import timing_check
 
     transcriber = Transcriber(SHIPPED_MODEL)

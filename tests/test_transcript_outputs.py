@@ -22,7 +22,9 @@ from speech_attend.model.features import FeatureConfig
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig
 from speech_attend.infer.subtitles import output_names, parse_formats
 from speech_attend.builtin.corpus import speak
-from speech_attend.infer.timing import NO_SPEECH_CONFIDENCE, chunk_segment, ctc_forced_align, token_slots
+from speech_attend.infer.timing import (
+    NO_SPEECH_CONFIDENCE, NO_SPEECH_CTC_SHARE, chunk_segment, ctc_best_path_characters, ctc_forced_align, token_slots,
+)
 from speech_attend.infer.transcribe import APP, Transcriber
 
 RATE = 16000
@@ -127,6 +129,18 @@ def test_a_chunk_whose_ctc_hears_only_blanks_has_no_words():
     blanks = _one_hot_ctc([0] * 20, 8)
     segment = chunk_segment("abc", [4, 5, 7], ["a", "b", "c"], [-0.01] * 3, attention, 10, blanks, 0.0, 1.0, 0.1)
     assert segment.no_speech and segment.words == [] and segment.text == ""
+
+
+def test_a_chunk_whose_ctc_reads_few_of_the_spellers_characters_has_no_words():
+    # A tone that the speller spells as "are an indening" (15 characters) while the CTC head's best
+    # path reads one "a": the speller invents them. The same path under a 3-character word is speech.
+    ctc = _one_hot_ctc([0] * 8 + [4, 4] + [0] * 10, 8)  # best path: blanks, "a" for two slots, blanks
+    assert ctc_best_path_characters(ctc, blank=0) == 1
+    invented = chunk_segment("a" * 15, [4] * 15, ["a"] * 15, [-0.6] * 15, torch.eye(15, 20), 20, ctc, 0.0, 1.0, 0.05)
+    heard = chunk_segment("abc", [4, 5, 7], ["a", "b", "c"], [-0.6] * 3, torch.eye(3, 20), 20, ctc, 0.0, 1.0, 0.05)
+    assert invented.no_speech and invented.words == [] and invented.text == ""
+    assert not heard.no_speech and [w.text for w in heard.words] == ["abc"]
+    assert 15 * NO_SPEECH_CTC_SHARE > 1 > 3 * NO_SPEECH_CTC_SHARE  # what the two cases rest on
 
 
 def test_without_a_ctc_head_a_chunk_the_speller_is_unsure_of_has_no_words():

@@ -19,9 +19,12 @@ times from one of two alignments of the characters the model chose:
 Confidence is the mean log-probability of a word's (or a segment's) characters under the
 speller, as the beam search scored them (0 is certain; -0.7 is a geometric mean probability
 of one half), and, with a CTC head, the mean log-posterior of its characters at their most
-probable slot of the forced alignment. A chunk is *no speech* when the CTC head hears no
-character in it (blank is the most probable label of every slot) or, without a CTC head, when
-the speller's confidence is under ``NO_SPEECH_CONFIDENCE``; such a segment keeps no words.
+probable slot of the forced alignment. A chunk is *no speech* when the CTC head hears almost none
+of the characters the speller wrote (its best path, repeats merged and blanks dropped, holds fewer
+than ``NO_SPEECH_CTC_SHARE`` of them; none at all for a short transcript) or, without a CTC head,
+when the speller's confidence is under ``NO_SPEECH_CONFIDENCE``; such a segment keeps no words.
+An attention speller can spell words over a tone or a hum; the CTC head, whose every character
+is tied to a frame, hears next to nothing there.
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ import torch
 
 __all__ = [
     "Word", "Segment", "ctc_forced_align", "token_slots", "attention_frames", "chunk_segment", "no_speech_segment",
-    "NO_SPEECH_CONFIDENCE",
+    "ctc_best_path_characters", "NO_SPEECH_CONFIDENCE", "NO_SPEECH_CTC_SHARE",
 ]
 
 # Without a CTC head, a chunk whose characters average a log-probability under this is taken
 # for no speech: a speller that reads speech is far surer of most of its characters.
 NO_SPEECH_CONFIDENCE = -1.5
+# With a CTC head, a chunk whose CTC best path holds fewer than this share of the speller's
+# characters is taken for no speech: the speller is writing what the frames do not hold.
+NO_SPEECH_CTC_SHARE = 0.15
 
 
 @dataclass
@@ -195,6 +201,20 @@ def no_speech_segment(start: float, end: float) -> Segment:
     return Segment(start, end, "", [], None, None, True)
 
 
+def ctc_best_path_characters(ctc_log_probs: torch.Tensor, blank: int = 0) -> int:
+    """How many characters the CTC head reads on its own: its best path (each slot's most
+    probable label), repeats merged, blanks dropped.
+
+    Args:
+        ctc_log_probs (torch.Tensor): `(T, V)` CTC log-probabilities of one chunk.
+        blank (int, optional): the CTC blank id. (Default: ``0``)
+    """
+    best = ctc_log_probs.argmax(-1)  # (T,)
+    starts = torch.ones_like(best, dtype=torch.bool)
+    starts[1:] = best[1:] != best[:-1]
+    return int(((best != blank) & starts).sum())
+
+
 def chunk_segment(
     text: str,
     tokens: list[int],
@@ -232,7 +252,7 @@ def chunk_segment(
     if not tokens:
         return no_speech_segment(start, end)
     if ctc_log_probs is not None:
-        if bool((ctc_log_probs.argmax(-1) == blank).all()):  # the CTC head hears no character at all
+        if ctc_best_path_characters(ctc_log_probs, blank) < NO_SPEECH_CTC_SHARE * len(tokens):
             return no_speech_segment(start, end)
     elif confidence is None or confidence < NO_SPEECH_CONFIDENCE:
         return no_speech_segment(start, end)

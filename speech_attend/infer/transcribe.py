@@ -542,7 +542,7 @@ class Transcriber:
         text = " ".join(s.text for s in segments if s.text)
         warnings = file.warnings
         if not text and not warnings and len(file.silent) < len(file.spans):
-            warnings = [*warnings, f"{file.path}: the model heard no speech (no character in its CTC posteriors); the transcript is empty"]
+            warnings = [*warnings, f"{file.path}: the model heard no speech (its CTC head reads almost none of the characters its speller wrote); the transcript is empty"]
         return Transcript(file.path, text, duration, len(file.spans), alignment, labels, warnings, segments)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
