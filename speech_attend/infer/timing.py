@@ -209,10 +209,7 @@ def ctc_best_path_characters(ctc_log_probs: torch.Tensor, blank: int = 0) -> int
         ctc_log_probs (torch.Tensor): `(T, V)` CTC log-probabilities of one chunk.
         blank (int, optional): the CTC blank id. (Default: ``0``)
     """
-    best = ctc_log_probs.argmax(-1)  # (T,)
-    starts = torch.ones_like(best, dtype=torch.bool)
-    starts[1:] = best[1:] != best[:-1]
-    return int(((best != blank) & starts).sum())
+    return len(token_slots(ctc_log_probs.argmax(-1), blank))
 
 
 def chunk_segment(
