@@ -144,6 +144,9 @@ for _alpha in (25, 50):
                                 [*STAGE_TWO["HFA"][1], "--model.features.colour_shrink", str(_alpha / 100)])
 STAGE_TWO["CS25N"] = ("CS25 with sounds without speech in 10% of the draws (not 6%): CS25 on a 3,000-step cosine wrote "
                        "words for a 1-s tone", [*STAGE_TWO["CS25"][1], "--data.augment.non_speech_prob", "0.1"])
+STAGE_TWO["CS25Q"] = ("CS25N with 14-16-bit rounding in 80% of the draws (not 12-16 in 50%): a quiet 16-bit file, as the "
+                       "-50 dB recordings are, 2.7x as often", [*STAGE_TWO["CS25N"][1], "--data.augment.quantize_prob", "0.8",
+                                                                 "--data.augment.quantize_bits", "[14,16]"])
 # A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
 # at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
 STAGE_TWO["UF"] = ("UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept "
