@@ -206,6 +206,14 @@ def test_the_noise_floor_is_the_expected_power_of_white_noise_at_its_level():
     assert not FeatureFrontend(FeatureConfig()).logmel.floor.any()  # off unless asked for
 
 
+def test_the_mel_power_is_torchaudios_mel_spectrogram_computed_as_re2_plus_im2():
+    logmel = FeatureFrontend(FeatureConfig()).logmel
+    generator = torch.Generator().manual_seed(0)
+    for samples in (400, 401, 16000):  # one frame, one frame and a sample, many frames
+        waveforms = torch.randn(3, samples, generator=generator) * 0.1
+        torch.testing.assert_close(logmel.mel_power(waveforms), logmel.mel(waveforms), rtol=1e-5, atol=1e-9)
+
+
 def test_the_noise_floor_is_not_saved_and_old_models_load_without_it():
     with_floor = FeatureFrontend(FeatureConfig(noise_floor_dbfs=-50.0))
     assert "logmel.floor" not in with_floor.state_dict()  # it follows from the saved settings

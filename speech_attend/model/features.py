@@ -238,6 +238,18 @@ class LogMel(nn.Module):
         window_energy = self.mel.spectrogram.window.square().sum()
         return variance * window_energy * self.mel.mel_scale.fb.sum(0)  # fb: (n_freqs, n_mels)
 
+    def mel_power(self, waveforms: torch.Tensor) -> torch.Tensor:
+        """Each frame's power in each mel band, ``sum_k F_km |X_tk|^2``: `(B, N)` -> `(B, n_mels, T)`.
+
+        The same as ``self.mel(waveforms)`` (torchaudio's MelSpectrogram, whose window and filterbank
+        it uses), with ``|X|^2`` taken as ``re^2 + im^2``: torchaudio takes the complex magnitude
+        and squares it, which costs more on a CPU than the rest of the log-mel together.
+        """
+        spectrum = torch.stft(waveforms, self.win, self.hop, self.win, window=self.mel.spectrogram.window,
+                              center=False, return_complex=True)  # (B, n_freqs, T)
+        power = spectrum.real.square() + spectrum.imag.square()
+        return torch.matmul(power.transpose(1, 2), self.mel.mel_scale.fb).transpose(1, 2)
+
     def num_frames(self, num_samples: torch.Tensor) -> torch.Tensor:
         """Frames for each waveform length `(B,)`; 0 for waveforms shorter than one window."""
         return torch.where(num_samples >= self.win, 1 + (num_samples - self.win) // self.hop, 0)
@@ -260,7 +272,7 @@ class LogMel(nn.Module):
         if waveforms.size(1) < self.win:  # too short for one frame: pad so the shapes still work
             waveforms = nn.functional.pad(waveforms, (0, self.win - waveforms.size(1)))
         with torch.autocast(waveforms.device.type, enabled=False):  # the FFT wants float32
-            power = self.mel(waveforms.float())  # (B, n_mels, T)
+            power = self.mel_power(waveforms.float())  # (B, n_mels, T)
         if rounding_variance is not None and self.rounding_noise > 0:  # a variance of 0 leaves the power as it is
             noise = self.rounding_noise * rounding_variance[:, None, None] * self.unit_noise[None, :, None]  # (B, n_mels, 1)
             power = torch.maximum(power - noise, self.rounding_floor * power)
