@@ -7,7 +7,8 @@ Model: 80-d log-mel, listener of 1 BLSTM + 3 pyramid BLSTM layers of 256 units p
 speller 512 with location-aware attention, 30 characters, joint CTC. Reports:
 
 1. training step time (forward + backward + Adam) of a batch of 16 utterances of 500-1500
-   frames, frames per second, and peak memory;
+   frames, frames per second, and peak memory; and the feature front end's share of it, with the
+   mel power as ``re^2 + im^2`` (``LogMel.mel_power``) against torchaudio's ``MelSpectrogram``;
 2. the padding fraction of an epoch batched at random against the length-bucketed sampler;
 3. beam search (beam 8) over many utterances in one batch against one at a time, same model
    and same code (``Speller.step`` under ``shared.beam_search``, a batch of one), in fp32 and
@@ -122,6 +123,28 @@ def train_benchmark(cfg: BenchConfig, device) -> dict:
         "peak_memory_mib": peak,
         "peak_memory_kind": "cuda max allocated" if device.type == "cuda" else f"process max RSS (was {rss_before:.0f} MiB before)",
     }
+
+
+def frontend_benchmark(cfg: BenchConfig, device, rounds: int = 10) -> dict:
+    """The feature front end's forward on the training batch, and its mel power computed two ways
+    (the same features, ``tests/test_recordings.py``), in turn: median seconds of each."""
+    model = _model(cfg, device)
+    frontend, logmel = model.frontend, model.frontend.logmel
+    waveforms, samples, _ = _audio(cfg, cfg.batch, torch.Generator().manual_seed(0), cfg.max_frames)
+    waveforms, samples = waveforms.to(device), samples.to(device)
+    frontend.accumulate_statistics([(waveforms, samples)])
+    timed = {"frontend": lambda: frontend(waveforms, samples), "mel_power_re2_im2": lambda: logmel.mel_power(waveforms),
+             "mel_power_torchaudio": lambda: logmel.mel(waveforms)}
+    seconds: dict[str, list[float]] = {name: [] for name in timed}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, run in timed.items():
+                sync(device)
+                start = time.perf_counter()
+                run()
+                sync(device)
+                seconds[name].append(time.perf_counter() - start)
+    return {f"{name}_seconds": float(np.median(times)) for name, times in seconds.items()}
 
 
 def padding_benchmark(cfg: BenchConfig) -> dict:
@@ -258,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({train['audio_seconds_per_second']:.1f} s of audio per second); peak memory {train['peak_memory_mib']:.0f} MiB "
           f"({train['peak_memory_kind']})", flush=True)
 
+    front = frontend_benchmark(cfg, device)
+    print(f"  the feature front end alone: {front['frontend_seconds'] * 1000:.1f} ms, of which the mel power "
+          f"{front['mel_power_re2_im2_seconds'] * 1000:.1f} ms as re^2 + im^2 (torchaudio's MelSpectrogram: "
+          f"{front['mel_power_torchaudio_seconds'] * 1000:.1f} ms)", flush=True)
+
     pad = padding_benchmark(cfg)
     print(f"\npadding in an epoch of {cfg.epoch_utterances} utterances, batch {cfg.batch}")
     print(f"  random batches   {pad['random_batches']:6.1%} of frames are padding")
@@ -287,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
           "  one-at-a-time time over that, the most batching could give on this machine with all else free", flush=True)
 
     results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rates["fp32"],
-               "matmul_gflop_per_s_bf16": rates["bf16"], "train_step": train, "padding": pad, "beam": beam}
+               "matmul_gflop_per_s_bf16": rates["bf16"], "train_step": train, "frontend": front, "padding": pad, "beam": beam}
     if args.json:
         print(json.dumps(results))
     return 0
