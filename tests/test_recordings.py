@@ -2,6 +2,7 @@
 noise, and a file too quiet to use. The front end must hear the first two as the clean clip;
 the transcriber must tell quiet speech from silence by the file's own levels."""
 
+import math
 from dataclasses import asdict
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 
 from shared import Vocabulary
 from shared.training.model_files import export_folder, load_model_files
-from speech_attend.data.augment import AugmentConfig, augment_batch
+from speech_attend.data.augment import AugmentConfig, augment_batch, non_speech
 from speech_attend.cli import main as speech_attend
 from speech_attend.model.features import (ColourShrink, FeatureConfig, FeatureFrontend, loud_frames, loud_mean, normalise_level,
                                           remove_dc, sample_step, speech_level, subtract_utterance_mean)
@@ -293,6 +294,18 @@ def test_quiet_speech_is_not_silence_but_steady_quiet_noise_is(tiny_synth):
     assert is_silent(room, RATE, reference_dbfs=-10.0)  # and far under the file's speech
     assert is_silent(torch.zeros(RATE), RATE)
     assert is_silent(speech * 1e-7, RATE)  # under -100 dBFS: nothing there
+
+
+def test_quiet_hum_and_tones_are_silence_but_a_quiet_phrase_without_a_pause_is_not():
+    generator = torch.Generator().manual_seed(0)
+    for kind in ("hum", "tones", "floor"):
+        assert is_silent(non_speech(2 * RATE, kind, -60.0, RATE, generator), RATE), kind
+    # A phrase without a pause: its 10 ms frame power rises and falls by about 8 dB (syllables at
+    # 4 a second), less than speech with pauses, more than any steady sound.
+    t = torch.arange(RATE) / RATE
+    envelope = 0.7 + 0.3 * torch.sin(2 * math.pi * 4 * t)  # (N,) amplitude 0.4-1.0
+    phrase = torch.randn(RATE, generator=generator) * envelope * _dbfs_gain(-60)
+    assert not is_silent(phrase, RATE)
 
 
 def test_offset_and_quiet_recordings_give_the_clean_transcript(random_model, tiny_synth, tmp_path):

@@ -74,7 +74,8 @@ NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothin
 QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
 _QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
 _OFFSET = 1e-2  # a mean sample over this (-40 dBFS) is a DC offset, removed before cutting and the silence test
-_STEADY_DB = 10.0  # frame power spread (10th to 95th percentile) under this is steady noise: speech rises and falls more
+_STEADY_DB = 7.0  # frame power spread (10th to 95th percentile) under this is steady noise, hum or a held tone: speech
+# rises and falls more, even a short phrase without a pause (docs/BENCHMARKS.md, "The steadiness rule")
 
 
 def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
@@ -286,7 +287,7 @@ def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | 
     It does not when its loudest 10 ms frame (RMS, full scale 1.0) is under ``NO_SIGNAL_DBFS``
     (nothing there), more than 45 dB under ``reference_dbfs`` (the loudest frame of the file it
     comes from: a quiet stretch between speech), or under ``SILENCE_DBFS`` while its frame power
-    stays within 10 dB (steady room noise; speech rises and falls by far more).
+    stays within ``_STEADY_DB`` (steady room noise, hum, a held tone; speech rises and falls more).
     """
     power = _frame_power(_without_offset(waveform), _hop(sample_rate))  # (F,)
     loudest = _dbfs(power.max())
