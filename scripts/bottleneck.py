@@ -55,7 +55,8 @@ class Budget:
 
 
 QUICK = Budget(caption_steps=400, speech_steps=300, scenes_per_count=25, joined_files=8, beam_size=3)
-FULL = Budget(caption_steps=1200, speech_steps=2000, scenes_per_count=100, joined_files=30, beam_size=5)  # the measured table's (the demo recognizer's steps before it went to 1,750)
+# The measured table's budgets: the demo's captioner steps, and its recognizer's before they went to 1,750.
+FULL = Budget(caption_steps=1200, speech_steps=2000, scenes_per_count=100, joined_files=30, beam_size=5)
 
 
 def _run(args: list[str]) -> None:

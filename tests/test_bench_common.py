@@ -57,6 +57,15 @@ def test_app_benchmarks_pass_against_and_rounds_to_the_side_by_side_bench(monkey
     assert '"app": "captioner"' in capsys.readouterr().out
 
 
+def test_the_recognizer_benchmark_times_its_front_end_and_both_mel_powers():
+    import bench_asr
+
+    tiny = bench_asr.BenchConfig(batch=2, min_frames=50, max_frames=80)
+    result = bench_asr.frontend_benchmark(tiny, torch.device("cpu"), rounds=2)
+    assert set(result) == {"frontend_seconds", "mel_power_re2_im2_seconds", "mel_power_torchaudio_seconds"}
+    assert all(seconds > 0 for seconds in result.values())
+
+
 def test_side_by_side_bench_refuses_zero_rounds_in_one_line():
     import bench_against
 

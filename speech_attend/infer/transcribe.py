@@ -74,8 +74,9 @@ NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothin
 QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
 _QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
 _OFFSET = 1e-2  # a mean sample over this (-40 dBFS) is a DC offset, removed before cutting and the silence test
-_STEADY_DB = 7.0  # frame power spread (10th to 95th percentile) under this is steady noise, hum or a held tone: speech
-# rises and falls more, even a short phrase without a pause (docs/BENCHMARKS.md, "The steadiness rule")
+# A frame power spread (10th to 95th percentile) under this is steady noise, hum or a held tone: speech rises and
+# falls more, even a short phrase without a pause (docs/BENCHMARKS.md, "The steadiness rule").
+_STEADY_DB = 7.0
 
 
 def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
@@ -543,7 +544,8 @@ class Transcriber:
         text = " ".join(s.text for s in segments if s.text)
         warnings = file.warnings
         if not text and not warnings and len(file.silent) < len(file.spans):
-            warnings = [*warnings, f"{file.path}: the model heard no speech (its CTC head reads almost none of the characters its speller wrote); the transcript is empty"]
+            warnings = [*warnings, f"{file.path}: the model heard no speech (its CTC head reads almost none of the "
+                                   "characters its speller wrote); the transcript is empty"]
         return Transcript(file.path, text, duration, len(file.spans), alignment, labels, warnings, segments)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
