@@ -13,6 +13,12 @@ row per hypothesis, and ``memory`` a nest whose first dimension is the number of
 the batch: what all beams of a sequence share (e.g. the attention memory), never copied per
 beam (:class:`shared.Attention` reads one memory row for ``K`` consecutive queries).
 
+A step function that sums several scorers (shallow fusion) may return a fourth element,
+``parts``: a dict of named `(N, V)` log-probabilities, one per scorer. Each hypothesis then
+keeps every part's log-probability of each of its tokens (``Hypothesis.part_scores``, the
+``<eos>`` included where it finished), so a rescoring of the n-best reads each scorer's share
+without running any scorer again.
+
 Bookkeeping follows the usual recipe: of the top ``2K`` candidates, those ending in ``<eos>``
 that rank within the first ``K`` become finished hypotheses, and the best ``K`` that do not end
 continue. A sequence is done when it has ``K`` finished hypotheses or reaches its maximum
@@ -66,6 +72,9 @@ class Hypothesis:
         attention (torch.Tensor or None): `(len(tokens), L)`, the weights used for each token.
         token_scores (list[float] or None): the log-probability of each token (the ``<eos>``
             not included), as the search scored it; they sum to ``score`` less the ``<eos>``'s.
+        part_scores (dict of str to list[float] or None): with a step function that returns
+            ``parts``, each part's log-probability of each token, the ``<eos>`` included where
+            the hypothesis finished; ``None`` otherwise.
     """
 
     tokens: list[int]
@@ -74,6 +83,7 @@ class Hypothesis:
     finished: bool
     attention: torch.Tensor | None = None
     token_scores: list[float] | None = None
+    part_scores: dict[str, list[float]] | None = None
 
 
 def length_normalized(score: float, length: int, length_penalty: float) -> float:
@@ -157,6 +167,7 @@ class _BeamSearch:
         self.scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams start distinct
         self.history = torch.empty(batch_size * beam_size, 0, dtype=torch.long, device=device)
         self.token_scores = torch.empty(batch_size * beam_size, 0, device=device)  # (N, t): each token's log-probability
+        self.part_history: dict[str, torch.Tensor] | None = None  # name -> (N, t), with a step function's parts
         self.ended: list[list[_Ended]] = [[] for _ in range(batch_size)]
         self.done = [False] * batch_size
         self.beam_ids = torch.arange(beam_size, device=device)
@@ -166,11 +177,16 @@ class _BeamSearch:
         self.parents: list[torch.Tensor] = []  # step s: (N_s,), the row of step s - 1 that each row extends
         self.to_recorded: torch.Tensor | None = None  # rows now -> rows of the last recorded step, after a compaction
 
-    def _end(self, b: int, row: int, score: float, finished: bool) -> None:
-        """Take row ``row`` of the live hypotheses out of the search as one of sequence ``b``'s results."""
+    def _end(self, b: int, row: int, score: float, finished: bool, last_parts: dict[str, float] | None = None) -> None:
+        """Take row ``row`` of the live hypotheses out of the search as one of sequence ``b``'s results
+        (``last_parts``: each part's log-probability of the ``<eos>`` it finished with)."""
         length = self.history.size(1)
         normalized = length_normalized(score, length + int(finished), self.length_penalty)
-        hypothesis = Hypothesis(self.history[row].tolist(), score, normalized, finished, token_scores=self.token_scores[row].tolist())
+        parts = None
+        if self.part_history is not None:
+            parts = {name: history[row].tolist() + ([last_parts[name]] if last_parts else []) for name, history in self.part_history.items()}
+        hypothesis = Hypothesis(self.history[row].tolist(), score, normalized, finished, token_scores=self.token_scores[row].tolist(),
+                                part_scores=parts)
         recorded_row = row if self.to_recorded is None else int(self.to_recorded[row])
         self.ended[b].append(_Ended(hypothesis, length, recorded_row))
 
@@ -200,6 +216,8 @@ class _BeamSearch:
             self.memory, self.memory_is_ours = _keep_rows(self.memory, kept, in_place), True
         self.scores, self.history = self.scores.index_select(0, kept), self.history.index_select(0, kept_rows)
         self.token_scores = self.token_scores.index_select(0, kept_rows)
+        if self.part_history is not None:
+            self.part_history = {name: h.index_select(0, kept_rows) for name, h in self.part_history.items()}
         self.to_recorded = kept_rows
         self.active = [self.active[i] for i in live]
 
@@ -209,9 +227,11 @@ class _BeamSearch:
         best ``K`` that do not end continue."""
         K, n = self.K, len(self.active)
         if self.memory is None:
-            log_probs, self.state, attention = self.step_fn(self.tokens, self.state)  # (N, V), ..., (N, L)
+            out = self.step_fn(self.tokens, self.state)
         else:
-            log_probs, self.state, attention = self.step_fn(self.tokens, self.state, self.memory)
+            out = self.step_fn(self.tokens, self.state, self.memory)
+        log_probs, self.state, attention = out[:3]  # (N, V), ..., (N, L)
+        parts = out[3] if len(out) > 3 else None  # name -> (N, V)
         vocab = log_probs.size(-1)
         if self.never is not None:
             log_probs = log_probs.index_fill(1, self.never, float("-inf"))
@@ -232,6 +252,12 @@ class _BeamSearch:
         origin_beam, top_tokens = top_ids // vocab, top_ids % vocab
         origin_rows = (torch.arange(n, device=self.device) * K)[:, None] + origin_beam  # (B', 2K) rows of the B'*K batch
         top_token_scores = top_scores - self.scores.gather(1, origin_beam)  # (B', 2K): the new token's own log-probability
+        top_parts = {}  # name -> (B', 2K): each part's log-probability of each candidate's new token
+        if parts is not None:
+            step_rows = origin_rows if self.expanded else origin_rows // K  # the rows of log_probs the candidates come from
+            top_parts = {name: part.float()[step_rows, top_tokens] for name, part in parts.items()}
+            if self.part_history is None:
+                self.part_history = {name: self.token_scores.new_empty(n * K, 0) for name in parts}
         ends = top_tokens == self.eos
 
         rank = torch.arange(top_ids.size(1), device=self.device)[None, :]
@@ -241,7 +267,7 @@ class _BeamSearch:
                 b = self.active[i]
                 if self.done[b]:
                     continue
-                self._end(b, int(origin_rows[i, j]), float(top_scores[i, j]), True)
+                self._end(b, int(origin_rows[i, j]), float(top_scores[i, j]), True, {name: float(p[i, j]) for name, p in top_parts.items()})
                 self.done[b] = len(self.ended[b]) >= K
 
         continuing = ~ends
@@ -255,6 +281,11 @@ class _BeamSearch:
         self.expanded = True
         self.history = torch.cat([self.history.index_select(0, rows), self.tokens[:, None]], dim=1)
         self.token_scores = torch.cat([self.token_scores.index_select(0, rows), top_token_scores.gather(1, pick).view(-1, 1)], dim=1)
+        if self.part_history is not None:
+            self.part_history = {
+                name: torch.cat([h.index_select(0, rows), top_parts[name].gather(1, pick).view(-1, 1)], dim=1)
+                for name, h in self.part_history.items()
+            }
         if self.keep_attention and attention is not None:
             self.step_weights.append(attention.index_select(0, state_rows).float())  # (N, L)
             self.parents.append(rows if self.to_recorded is None else self.to_recorded.index_select(0, rows))

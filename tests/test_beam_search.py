@@ -216,3 +216,32 @@ def test_the_end_token_cannot_be_banned():
         beam_search(step_fn, state, 2, beam_size=2, sos=SOS, eos=EOS, max_len=4, never=(EOS,))
     with pytest.raises(ValueError, match="end token"):
         greedy_search(step_fn, state, 2, sos=SOS, eos=EOS, max_len=4, never=(EOS,))
+
+
+def test_each_hypothesis_keeps_every_parts_score_of_each_token_its_eos_included():
+    # Two scorers, each a per-sequence table of next-token log-probabilities given the last token;
+    # the step sums them with weights 1 and 0.5 and returns them as parts. The sequences end at
+    # different steps, so done ones leave the batch (compaction) while the parts are recorded.
+    generator = torch.Generator().manual_seed(3)
+    tables = {name: torch.randn(4, VOCAB, VOCAB, generator=generator).log_softmax(-1) for name in ("a", "b")}  # (B, V, V)
+
+    def step(tokens, state):
+        parts = {name: table[state[:, 0], tokens] for name, table in tables.items()}
+        return parts["a"] + 0.5 * parts["b"], state, None, parts
+
+    results = beam_search(step, torch.arange(4)[:, None], 4, 3, SOS, EOS, max_len=torch.tensor([2, 3, 6, 9]), nbest=3)
+    assert any(h.finished for hyps in results for h in hyps) and any(not h.finished for hyps in results for h in hyps)
+    for b, hyps in enumerate(results):
+        for hyp in hyps:
+            tokens = hyp.tokens + ([EOS] if hyp.finished else [])
+            previous = [SOS, *tokens[:-1]]
+            for name, table in tables.items():
+                expected = [float(table[b, p, t]) for p, t in zip(previous, tokens)]
+                assert hyp.part_scores[name] == pytest.approx(expected, abs=1e-6)
+            assert sum(hyp.part_scores["a"]) + 0.5 * sum(hyp.part_scores["b"]) == pytest.approx(hyp.score, abs=1e-4)
+
+
+def test_a_step_function_without_parts_gives_hypotheses_without_part_scores():
+    _, step_fn, state = random_model(2, 5, seed=1, eos_bias=0.0)
+    results = beam_search(step_fn, state, 2, 3, SOS, EOS, max_len=5, nbest=3)
+    assert all(h.part_scores is None for hyps in results for h in hyps)

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from shared import Hypothesis, Vocabulary, beam_search
+from shared import Vocabulary, beam_search
 from shared.training.model_files import export_folder
 from speech_attend.cli import main as speech_attend
 from speech_attend.model.features import FeatureConfig
@@ -202,17 +202,19 @@ def test_fused_step_adds_weight_times_the_lm_log_probs_and_the_length_bonus():
 
     scorers = WeightedScorers({
         "attention": Scorer(1.0, decoder, torch.zeros(3)),
-        "lm": lm_scorer(lm, 0.5, 3, vocabulary.sos_id, eos),
+        "lm": lm_scorer(lm, 0.5, 3),
         "length": length_bonus_scorer(0.25, V, eos, 3),
     })
     tokens = torch.tensor([vocabulary.sos_id, 5, 6])
     with torch.no_grad():
-        fused, state, _ = scorers.step(tokens, scorers.initial_state())
+        fused, state, _, parts = scorers.step(tokens, scorers.initial_state())
         lm_log_probs, _, _ = lm.step(tokens, lm.initial_state(3))
     bonus = torch.full((V,), 0.25)
     bonus[eos] = 0.0
     assert torch.equal(fused, attention + 0.5 * lm_log_probs + bonus)
     assert set(state) == {"attention", "lm", "length"}
+    assert torch.equal(parts["attention"], attention) and torch.equal(parts["lm"], lm_log_probs)  # each unweighted
+    assert torch.equal(parts["length"], (bonus / 0.25).expand(3, -1))
 
 
 def test_beam_score_is_attention_plus_weight_times_lm_plus_bonus(recognizer):
@@ -230,27 +232,55 @@ def test_beam_score_is_attention_plus_weight_times_lm_plus_bonus(recognizer):
     assert hyp.score == pytest.approx(float(attention + 0.7 * lm_score + 0.2 * len(hyp.tokens)), abs=1e-4)
 
 
-def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recognizer):
-    model, vocabulary = recognizer
-    lm, weight = _random_lm(vocabulary), 0.6
+def _fused_nbest(model, vocabulary, lm, weight, bonus=0.0, beam=3):
+    """One utterance's n-best from the fused search, with its scorers and CTC log-probabilities."""
     sos, eos = vocabulary.sos_id, vocabulary.eos_id
     waves, lengths = _waves(1)
     with torch.no_grad():
         states, frames = model.encode(waves, lengths)
         memory, state = model.speller.start(states, frames)
-        [hyps] = beam_search(model.speller.step, state, 1, 3, sos, eos, 20, 1.0, nbest=3, memory=memory)
+        scorers = WeightedScorers({
+            "attention": Scorer(1.0, model.speller.step, state),
+            "lm": lm_scorer(lm, weight, 1),
+            "length": length_bonus_scorer(bonus, len(vocabulary), eos, 1),
+        })
+        [hyps] = beam_search(scorers.step, scorers.initial_state(), 1, beam, sos, eos, 20, 1.0, nbest=beam, memory=memory,
+                             must_end=True)  # every hypothesis ends with <eos>, whose scores count too
         log_probs = model.ctc_log_probs(states, frames)[0][0]
-        lm_scores = lm.score([h.tokens for h in hyps], sos, eos, [h.finished for h in hyps]).tolist()
-    fused = [Hypothesis(h.tokens, h.score + weight * s, 0.0, h.finished) for h, s in zip(hyps, lm_scores)]  # as the fused beam scores them
+    return hyps, scorers, states, frames, log_probs
+
+
+def test_the_fused_search_keeps_the_spellers_and_the_lms_teacher_forced_score_of_each_token(recognizer):
+    # Rescoring reads these instead of running the speller and the language model over the n-best again.
+    model, vocabulary = recognizer
+    lm = _random_lm(vocabulary)
+    sos, eos = vocabulary.sos_id, vocabulary.eos_id
+    hyps, _, states, frames, _ = _fused_nbest(model, vocabulary, lm, 0.6, bonus=0.2, beam=4)
+    assert len(hyps) == 4 and all(h.finished for h in hyps)
+    for hyp in hyps:
+        targets = hyp.tokens + ([eos] if hyp.finished else [])
+        forced, _ = model.score(states, frames, torch.tensor([[sos, *targets]]))  # (1, U)
+        assert hyp.part_scores["attention"] == pytest.approx(forced[0].tolist(), abs=1e-4)
+        lm_score = float(lm.score([hyp.tokens], sos, eos, [hyp.finished])[0])
+        assert sum(hyp.part_scores["lm"]) == pytest.approx(lm_score, abs=1e-4)
+        assert sum(hyp.part_scores["length"]) == len(hyp.tokens)
+        fused = sum(hyp.part_scores["attention"]) + 0.6 * sum(hyp.part_scores["lm"]) + 0.2 * len(hyp.tokens)
+        assert hyp.score == pytest.approx(fused, abs=1e-4)
+
+
+def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recognizer):
+    model, vocabulary = recognizer
+    lm, weight = _random_lm(vocabulary), 0.6
+    sos, eos = vocabulary.sos_id, vocabulary.eos_id
+    hyps, scorers, _, _, log_probs = _fused_nbest(model, vocabulary, lm, weight)
     config = DecodeConfig(ctc_weight=0.3)
-    attention = [[*h.token_scores, h.score - sum(h.token_scores)] for h in hyps]  # per token (<eos> last), the speller's alone
-    without = model._rescore(hyps, attention, log_probs, config, WeightedScorers({"attention": Scorer(1.0, None, None)}))
-    with_lm = model._rescore(fused, attention, log_probs, config, WeightedScorers({
-        "attention": Scorer(1.0, None, None), "lm": lm_scorer(lm, weight, 1, sos, eos)}))
+    with_lm = model._rescore(hyps, log_probs, config, scorers)
+    without = model._rescore(hyps, log_probs, config, WeightedScorers({"attention": scorers.scorers["attention"]}))
     before = {tuple(h.tokens): h.score for h in without}
-    for hyp, s in zip(hyps, lm_scores):
+    for hyp in hyps:
+        lm_score = float(lm.score([hyp.tokens], sos, eos, [hyp.finished])[0])
         after = next(h.score for h in with_lm if h.tokens == hyp.tokens)
-        assert after - before[tuple(hyp.tokens)] == pytest.approx(weight * s, abs=1e-5)
+        assert after - before[tuple(hyp.tokens)] == pytest.approx(weight * lm_score, abs=1e-4)
 
 
 def test_old_decoding_configs_without_the_fields_load():

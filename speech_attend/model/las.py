@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -250,7 +250,7 @@ class LAS(nn.Module):
 
         The beam's score sums named, weighted scorers (:class:`speech_attend.model.lm.WeightedScorers`):
         ``log p_att + lm_weight * log p_lm + length_bonus * |y|``; the CTC rescoring mixes its
-        score with the attention's part only (:meth:`score`). Scorers of weight 0 are left out.
+        score with the attention's part only (each hypothesis' ``part_scores``). Scorers of weight 0 are left out.
 
         Args:
             states (torch.Tensor): listener states `(B, L, D)` (from :meth:`encode`).
@@ -275,7 +275,7 @@ class LAS(nn.Module):
         batch, device = states.size(0), states.device
         scorers = WeightedScorers({  # name -> weight, step function, initial state: one entry per scorer
             "attention": Scorer(1.0, self.speller.step, state),
-            "lm": lm_scorer(lm, config.lm_weight, batch, sos, eos, device),  # without a language model: weight 0, left out
+            "lm": lm_scorer(lm, config.lm_weight, batch, device),  # without a language model: weight 0, left out
             "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
         })
         with native_cpu_kernels():
@@ -289,46 +289,25 @@ class LAS(nn.Module):
             if ctc_posteriors is not None:
                 ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(batch))
         if rescore:
-            attention = self._attention_scores(states, encoder_lengths, results, sos, eos)
-            results = [
-                self._rescore(hyps, attention[b], log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)
-            ]
-        return [hyps[0] for hyps in results]
+            results = [self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)]
+        best = [hyps[0] for hyps in results]
+        for hyp in best:  # confidences read the speller alone, not the language model or the length bonus
+            hyp.token_scores = hyp.part_scores[scorers.decoder][: len(hyp.tokens)]
+        return best
 
-    def _attention_scores(
-        self, states: torch.Tensor, encoder_lengths: torch.Tensor, results: list[list[Hypothesis]], sos: int, eos: int
-    ) -> list[list[list[float]]]:
-        """``log p_att`` of each token of each utterance's hypotheses (their ``<eos>`` included where
-        they ended), all of them teacher-forced in one :meth:`score`; their sum is ``log p_att(y | x)``."""
-        rows = [b for b, hyps in enumerate(results) for _ in hyps]
-        sequences = [[sos, *h.tokens] + ([eos] if h.finished else []) for hyps in results for h in hyps]
-        lengths = torch.tensor([len(s) - 1 for s in sequences], device=states.device)
-        if not sequences or int(lengths.max()) == 0:
-            return [[[] for _ in hyps] for hyps in results]
-        tokens = torch.zeros(len(sequences), int(lengths.max()) + 1, dtype=torch.long)
-        for i, sequence in enumerate(sequences):
-            tokens[i, : len(sequence)] = torch.tensor(sequence)
-        index = torch.tensor(rows, device=states.device)
-        log_probs, _ = self.score(states[index], encoder_lengths[index], tokens.to(states.device), lengths)  # (H, U)
-        scores = [row[:n].tolist() for row, n in zip(log_probs.double(), lengths.tolist())]
-        grouped, start = [], 0
-        for hyps in results:
-            grouped.append(scores[start : start + len(hyps)])
-            start += len(hyps)
-        return grouped
-
-    def _rescore(
-        self, hyps: list[Hypothesis], attention: list[float], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers
-    ) -> list[Hypothesis]:
+    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers) -> list[Hypothesis]:
         """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc`` plus the other
         scorers' weighted scores (language model, length bonus), length-normalised.
 
+        ``log p_att`` and the other scorers' scores are those the search summed, kept per token in
+        each hypothesis' ``part_scores`` (:class:`speech_attend.model.lm.WeightedScorers`): no
+        scorer runs again.
+
         Args:
-            hyps (list[Hypothesis]): the n-best of one utterance.
-            attention (list[list[float]]): ``log p_att`` of each token of each (:meth:`_attention_scores`);
-                those of the characters become the hypotheses' ``token_scores``: the speller's own,
-                without the language model or the length bonus, for confidences.
+            hyps (list[Hypothesis]): the n-best of one utterance, from a search with ``scorers``.
             log_probs (torch.Tensor): its CTC log-probabilities `(T, V)`.
+            config (DecodeConfig): ``ctc_weight`` and ``length_penalty``.
+            scorers (WeightedScorers): the search's scorers.
         """
         others = scorers.others(hyps)  # the language model and length bonus, weighted
         targets = [torch.tensor(h.tokens, dtype=torch.long) for h in hyps]
@@ -342,10 +321,11 @@ class LAS(nn.Module):
             blank=self.blank_id, reduction="none", zero_infinity=False,
         )  # (N,); inf where the frames cannot hold the hypothesis
         rescored = []
-        for hyp, att, nll, other in zip(hyps, attention, ctc_nll.tolist(), others):
-            score = (1 - config.ctc_weight) * sum(att) - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
+        for hyp, nll, other in zip(hyps, ctc_nll.tolist(), others):
+            attention = sum(hyp.part_scores[scorers.decoder])  # log p_att(y | x), its <eos> included where finished
+            score = (1 - config.ctc_weight) * attention - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
             normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
-            rescored.append(Hypothesis(hyp.tokens, score, normalized, hyp.finished, hyp.attention, att[: len(hyp.tokens)]))
+            rescored.append(replace(hyp, score=score, normalized_score=normalized))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
 
 

@@ -146,15 +146,11 @@ class Scorer(NamedTuple):
         weight (float): its weight in the sum.
         step (callable): ``(tokens (N,), state, memory) -> (log_probs (N, V), state, attention or None)``.
         state: its initial state, a nest of tensors with first dimension ``B``.
-        score (callable or None): ``(hypotheses) -> (H,)`` its log-probability of whole
-            hypotheses (for rescoring the n-best); ``None`` for the attention decoder, which
-            rescoring asks through the model's own ``score`` (:meth:`speech_attend.model.las.LAS.score`).
     """
 
     weight: float
     step: Callable
     state: Any
-    score: Callable[[list[Hypothesis]], torch.Tensor] | None = None
 
 
 class WeightedScorers:
@@ -162,7 +158,10 @@ class WeightedScorers:
 
     The first scorer is the decoder (weight 1; its attention weights are the search's); every
     other one adds ``weight * log p`` to each step's log-probabilities. Its state is a dict, one entry per
-    scorer, which :func:`shared.beam_search` reorders like any nest.
+    scorer, which :func:`shared.beam_search` reorders like any nest. Each step also returns every
+    scorer's own log-probabilities as the search's ``parts``, so each hypothesis carries each
+    scorer's score of each token (``Hypothesis.part_scores``) and rescoring the n-best runs no
+    scorer again.
 
     Args:
         scorers (dict of str to Scorer): the terms, the decoder first; zero weights are left out.
@@ -176,22 +175,22 @@ class WeightedScorers:
         return {name: scorer.state for name, scorer in self.scorers.items()}
 
     def step(self, tokens: torch.Tensor, state: dict[str, Any], memory: Any = None):
-        """``sum_s w_s log p_s(. | y_<i)`` `(N, V)`, the new states, and the decoder's attention."""
-        total, new_state, attention = 0.0, {}, None
+        """``sum_s w_s log p_s(. | y_<i)`` `(N, V)`, the new states, the decoder's attention, and
+        each scorer's ``log p_s`` `(N, V)` by name (the search's ``parts``)."""
+        total, new_state, attention, parts = 0.0, {}, None, {}
         for name, scorer in self.scorers.items():
-            log_probs, new_state[name], weights = scorer.step(tokens, state[name], memory)
-            total = total + scorer.weight * log_probs  # the decoder's 1.0 * x is x, bit for bit
+            parts[name], new_state[name], weights = scorer.step(tokens, state[name], memory)
+            total = total + scorer.weight * parts[name]  # the decoder's 1.0 * x is x, bit for bit
             if name == self.decoder:
                 attention = weights
-        return total, new_state, attention
+        return total, new_state, attention, parts
 
     def others(self, hyps: list[Hypothesis]) -> list[float]:
         """Each hypothesis' score from the scorers other than the decoder, weighted and summed."""
-        total = torch.zeros(len(hyps), dtype=torch.float64)
-        for name, scorer in self.scorers.items():
-            if name != self.decoder:
-                total += scorer.weight * scorer.score(hyps).double().cpu()
-        return total.tolist()
+        return [
+            sum(scorer.weight * sum(hyp.part_scores[name]) for name, scorer in self.scorers.items() if name != self.decoder)
+            for hyp in hyps
+        ]
 
 
 def length_bonus_scorer(weight: float, vocab_size: int, eos: int, batch_size: int, device: torch.device | str = "cpu") -> Scorer:
@@ -202,18 +201,14 @@ def length_bonus_scorer(weight: float, vocab_size: int, eos: int, batch_size: in
     def step(tokens: torch.Tensor, state: torch.Tensor, memory: Any = None):
         return bonus.expand(tokens.size(0), -1), state, None
 
-    def score(hyps: list[Hypothesis]) -> torch.Tensor:
-        return torch.tensor([float(len(h.tokens)) for h in hyps])
-
-    return Scorer(weight, step, torch.zeros(batch_size, device=device), score)
+    return Scorer(weight, step, torch.zeros(batch_size, device=device))
 
 
-def lm_scorer(lm: CharLM | None, weight: float, batch_size: int, sos: int, eos: int, device: torch.device | str = "cpu") -> Scorer:
+def lm_scorer(lm: CharLM | None, weight: float, batch_size: int, device: torch.device | str = "cpu") -> Scorer:
     """The language model as a scorer of the beam search (``lm`` ``None``: a scorer of weight 0)."""
     if lm is None:
         return Scorer(0.0, None, None)
-    return Scorer(weight, lm.step, lm.initial_state(batch_size, device),
-                  lambda hyps: lm.score([h.tokens for h in hyps], sos, eos, [h.finished for h in hyps]))
+    return Scorer(weight, lm.step, lm.initial_state(batch_size, device))
 
 
 # --- Files ---------------------------------------------------------------------------------------
