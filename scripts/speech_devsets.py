@@ -97,10 +97,11 @@ def _human_group(out: Path, name: str, sounds: Path) -> bool:
     return True
 
 
-def _with_babble(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
+def _with_babble(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator,
+                 snr_db: float = _BABBLE_SNR_DB) -> torch.Tensor:
     talkers = 3 + int(torch.randint(5, (), generator=generator))  # 3 to 7
     chosen = [others[int(j)] for j in torch.randint(len(others), (talkers,), generator=generator)]
-    return add_noise(wave, babble(chosen, wave.numel(), generator), _BABBLE_SNR_DB, SAMPLE_RATE)
+    return add_noise(wave, babble(chosen, wave.numel(), generator), snr_db, SAMPLE_RATE)
 
 
 def _in_a_room(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator) -> torch.Tensor:

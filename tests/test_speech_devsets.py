@@ -166,3 +166,26 @@ def test_human_group_without_alsa_utils_is_left_out_with_a_note(tmp_path, capsys
     groups = speech_devsets.build(tmp_path / "groups", per_group=1, seed=0, engines=False, human=sounds)
     assert "human_alsa" not in groups and not (tmp_path / "groups" / "human_alsa").exists()
     assert "human_alsa skipped" in capsys.readouterr().out
+
+
+def test_babble_curve_writes_the_devsets_babble_at_each_level_and_scores_it(devsets, tmp_path, capsys):
+    import babble_curve
+
+    config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
+              "decoding": {"beam_size": 1, "max_len_ratio": 0.5}, "features": {}}
+    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: the plumbing
+    out = tmp_path / "curve"
+    assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--out", str(out), "--snrs", "10,30",
+                              "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert list(results) == ["espeak_unseen", "espeak_babble10", "espeak_babble30"]
+    assert results["espeak_unseen"]["wer_ratio"] == 1.0 and all(r["utterances"] == 2 for r in results.values())
+    clean = {u.utt_id: sf.read(u.audio_path)[0] for u in read_librispeech(devsets, ["espeak_unseen"])}
+    for u in read_librispeech(devsets, ["espeak_babble10"]):  # 10 dB: the devsets' own group, sample for sample
+        assert np.array_equal(sf.read(out / Path(u.audio_path).relative_to(devsets))[0], sf.read(u.audio_path)[0])
+    for u in read_librispeech(out, ["espeak_babble30"]):  # 30 dB: the same babble, 20 dB quieter
+        babble30 = sf.read(u.audio_path)[0] - clean[u.utt_id]
+        babble10 = sf.read(devsets / Path(u.audio_path).relative_to(out).as_posix().replace("babble30", "babble10"))[0] - clean[u.utt_id]
+        assert 15 < 10 * np.log10(np.mean(babble10**2) / np.mean(babble30**2)) < 25
+    assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--snrs", "ten"]) == 2
+    assert "--snrs 'ten'" in capsys.readouterr().err

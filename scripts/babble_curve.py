@@ -1,0 +1,78 @@
+"""WER against the babble's level: how far a recognizer is from a babble target, in dB.
+
+    python scripts/babble_curve.py --ckpt DIR --devsets data/devsets [--snrs 5,10,15,20,30] [--out data/babble_curve] [--json]
+
+The ``espeak_babble10`` group of ``scripts/speech_devsets.py`` holds one point: each clip of
+``espeak_unseen`` (new sentences, voices never heard) under babble of 3 to 7 of the group's other
+clips at 10 dB SNR. This script writes the same clips with the same babble draws (the devsets'
+seed) at other SNRs into ``--out`` and scores the model on each, beside the clean group, so the
+ratio to the clean WER is a curve: the SNR where it crosses a target (1.5x) says how many dB of
+robustness the model lacks at 10 dB. Groups already written are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import eval_speech  # noqa: E402
+import speech_devsets  # noqa: E402
+
+from speech_attend.infer.transcribe import Transcriber  # noqa: E402
+
+SOURCE = "espeak_unseen"
+
+
+def babble_group(devsets: Path, out: Path, snr_db: float, seed: int = 0) -> str:
+    """Write ``espeak_unseen`` of ``devsets`` with babble at ``snr_db`` into ``out`` (once); its group name."""
+    name = f"espeak_babble{snr_db:g}"
+    if not (out / name).is_dir():
+        if not (out / SOURCE).is_dir():
+            shutil.copytree(devsets / SOURCE, out / SOURCE)
+        condition = functools.partial(speech_devsets._with_babble, snr_db=snr_db)  # the devsets' own babble, at this level
+        speech_devsets._derived_group(out, SOURCE, name, seed, condition)
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--devsets", required=True, type=Path, help="folder from scripts/speech_devsets.py (its espeak_unseen)")
+    parser.add_argument("--snrs", default="5,10,15,20,30", help="comma-separated babble SNRs in dB")
+    parser.add_argument("--out", type=Path, default=Path("data/babble_curve"), help="where the babble groups are written")
+    parser.add_argument("--seed", type=int, default=0, help="the devsets' seed (speech_devsets.py --seed): the same babble draws")
+    parser.add_argument("--json", action="store_true", help="print one JSON object: group -> results")
+    args = parser.parse_args(argv)
+    if not (args.devsets / SOURCE).is_dir():
+        print(f"babble_curve: error: {args.devsets / SOURCE}: not found; expected a folder from scripts/speech_devsets.py", file=sys.stderr)
+        return 2
+    try:
+        snrs = [float(x) for x in args.snrs.split(",")]
+    except ValueError:
+        print(f"babble_curve: error: --snrs {args.snrs!r}: expected comma-separated numbers of dB", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    groups = [SOURCE] + [babble_group(args.devsets, args.out, snr, args.seed) for snr in snrs]
+    transcriber = Transcriber(args.ckpt)
+    results = {group: eval_speech.evaluate(transcriber, args.out, group) for group in groups}
+    clean = results[SOURCE]["wer"]
+    for result in results.values():
+        result["wer_ratio"] = result["wer"] / clean if clean else float("nan")
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print(f"{'group':<22} {'WER':>7} {'CER':>7} {'x clean':>8}")
+        for group, r in results.items():
+            print(f"{group:<22} {r['wer']:7.4f} {r['cer']:7.4f} {r['wer_ratio']:7.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
