@@ -197,11 +197,13 @@ def _export(argv: list[str]) -> int:
                         help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)")
     parser.add_argument("--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)")
     parser.add_argument("--beam-size", type=int, default=None, help="beams, saved as transcribe's default (default: the checkpoint's)")
+    parser.add_argument("--ctc-weight", type=float, default=None,
+                        help="the CTC head's weight when rescoring the n-best, in [0, 1], saved as transcribe's default (default: the checkpoint's)")
     args = parser.parse_args(argv)
     from speech_attend.infer.transcribe import export_model
 
     out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus,
-                       beam_size=args.beam_size)
+                       beam_size=args.beam_size, ctc_weight=args.ctc_weight)
     print(f"exported {args.ckpt} to {out}" + (f" with the language model {args.lm}" if args.lm else ""))
     return 0
 

@@ -392,6 +392,16 @@ def test_export_saves_the_beam_size_as_transcribes_default(files, tmp_path, caps
     assert "--beam-size" in err and not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("weight", ["-0.1", "1.5", "nan"])
+def test_export_saves_the_ctc_weight_as_transcribes_default_and_refuses_one_outside_0_to_1(files, tmp_path, capsys, weight):
+    out = tmp_path / "ctc"
+    assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--ctc-weight", "0.15"]) == 0
+    assert Transcriber(out).decoding.ctc_weight == 0.15
+    assert Transcriber(out).decoding.beam_size == Transcriber(files["model"]).decoding.beam_size  # the rest as saved
+    err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), f"--ctc-weight={weight}"])
+    assert "--ctc-weight must be in [0, 1]" in err and not (tmp_path / "x").exists()
+
+
 def test_lm_weight_without_any_lm_is_a_one_line_error(files, capsys):
     err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm-weight", "0.5", str(files["clip"])])
     assert "needs a language model" in err and str(files["model"]) in err

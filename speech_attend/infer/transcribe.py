@@ -101,6 +101,7 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
 def export_model(
     ckpt: str | os.PathLike, out_dir: str | os.PathLike, lm: str | os.PathLike | None = None,
     lm_weight: float | None = None, length_bonus: float | None = None, beam_size: int | None = None,
+    ctc_weight: float | None = None,
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
     statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
@@ -114,12 +115,14 @@ def export_model(
         length_bonus (float or None, optional): by default the saved one (0 unless set).
         beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
             the checkpoint's.
+        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, saved
+            as ``transcribe``'s default; by default the checkpoint's.
 
     Raises:
         CheckpointError: unreadable files, or a language model over other characters.
-        ValueError: ``lm_weight`` outside [0, 2], or ``beam_size`` under 1.
+        ValueError: ``lm_weight`` outside [0, 2], ``beam_size`` under 1, or ``ctc_weight`` outside [0, 1].
     """
-    Transcriber.check_settings(beam_size)
+    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight)
     model = load_recognizer(ckpt)
     vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
     if lm is None and has_lm(ckpt):
@@ -127,9 +130,9 @@ def export_model(
     elif lm is not None and lm_weight is None:
         lm_weight = DEFAULT_LM_WEIGHT
     language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
-    if beam_size is not None:
-        decoding = replace(decoding, beam_size=beam_size)
-    if language_model is not None or beam_size is not None:
+    chosen = {name: value for name, value in (("beam_size", beam_size), ("ctc_weight", ctc_weight)) if value is not None}
+    decoding = replace(decoding, **chosen)
+    if language_model is not None or chosen:
         hparams = {**hparams, "decoding": asdict(decoding)}
     out = export_folder(out_dir, APP, model.state_dict(), hparams)
     if language_model is not None:
@@ -416,10 +419,12 @@ class Transcriber:
         return cls(shipped_model() if path is None else path, beam_size, max_chunk_seconds, device, trim, lm, lm_weight, length_bonus)
 
     @staticmethod
-    def check_settings(beam_size: int | None = None, max_chunk_seconds: float | None = None) -> None:
-        """Raises ValueError naming the first setting out of range (as its ``transcribe`` option)."""
+    def check_settings(beam_size: int | None = None, max_chunk_seconds: float | None = None, ctc_weight: float | None = None) -> None:
+        """Raises ValueError naming the first setting out of range (as its command-line option)."""
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
+        if ctc_weight is not None and not 0.0 <= ctc_weight <= 1.0:
+            raise ValueError(f"--ctc-weight must be in [0, 1] (the CTC head's share of the rescoring score), got {ctc_weight:g}")
         if max_chunk_seconds is not None and not max_chunk_seconds > 0:
             raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
 
