@@ -1,6 +1,6 @@
 """Word and character error rates of a recognizer on every evaluation group of a folder.
 
-    python scripts/eval_speech.py --ckpt CKPT --devsets DIR [--groups a,b] [--beam-size N] [--lm-weight X] [--by-speaker] [--json]
+    python scripts/eval_speech.py --ckpt CKPT --devsets DIR [--groups a,b] [--beam-size N] [--lm-weight X] [--ctc-weight W] [--by-speaker] [--json]
 
 ``DIR`` is the output of ``scripts/speech_devsets.py`` (groups listed in ``DIR/devsets.json``),
 or any folder of LibriSpeech-layout subsets. Each group is transcribed with
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lm", default=None, help="a language model folder from fit-lm (default: the model folder's own, if any)")
     parser.add_argument("--lm-weight", type=float, default=None, help="weight of the language model (default: the model's; 0 = none)")
     parser.add_argument("--length-bonus", type=float, default=None, help="score added per character (default: the model's)")
+    parser.add_argument("--ctc-weight", type=float, default=None, help="the CTC head's weight in the n-best rescoring (default: the model's)")
     parser.add_argument("--by-speaker", action="store_true", help="also each speaker's (each Flite or Festival voice's) results")
     parser.add_argument("--json", action="store_true", help="print one JSON object: group -> results")
     args = parser.parse_args(argv)
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if not groups:
             raise CorpusError(f"{args.devsets}: no evaluation groups (folders with *.trans.txt)")
         transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, lm=args.lm, lm_weight=args.lm_weight,
-                                  length_bonus=args.length_bonus)
+                                  length_bonus=args.length_bonus, ctc_weight=args.ctc_weight)
         results = {group: evaluate(transcriber, args.devsets, group, args.by_speaker) for group in groups}
     except (ValueError, RuntimeError, OSError) as err:
         print(f"eval_speech: error: {str(err).splitlines()[0]}", file=sys.stderr)

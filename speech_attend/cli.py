@@ -78,7 +78,7 @@ def _transcribe(argv: list[str]) -> int:
     parser.add_argument("audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo), or folders of them")
     parser.add_argument("--ckpt", default=None,
                         help="a .ckpt from fit, or a folder from export (default: the shipped model, models/speech_attend)")
-    parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 8)")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's; the shipped model's 48)")
     parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
     parser.add_argument("--max-chunk-seconds", type=float, default=None,
                         help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)")
@@ -92,13 +92,15 @@ def _transcribe(argv: list[str]) -> int:
                                                    "(default: the model folder's own, from export --lm)")
     parser.add_argument("--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's saved one; 0 = off)")
     parser.add_argument("--length-bonus", type=float, default=None, help="added to the score per character (default: the model's saved one)")
+    parser.add_argument("--ctc-weight", type=float, default=None,
+                        help="the CTC head's weight when rescoring the n-best, in [0, 1] (default: the model's saved one; 0 = no rescoring)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     args = parser.parse_args(argv)
     from speech_attend.infer.subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
     from speech_attend.infer.transcribe import Transcriber
 
     check_device(args.device)  # every setting before the model loads and anything is decoded
-    Transcriber.check_settings(args.beam_size, args.max_chunk_seconds)
+    Transcriber.check_settings(args.beam_size, args.max_chunk_seconds, args.ctc_weight)
     formats = parse_formats(args.output_format) if args.output_format else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
     if args.output_dir:
         check_output_dir(args.output_dir)  # before any decoding
@@ -118,7 +120,7 @@ def _transcribe(argv: list[str]) -> int:
             print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     transcriber = Transcriber.load(args.ckpt, args.device, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds,
-                                   lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus)
+                                   lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus, ctc_weight=args.ctc_weight)
     if args.lm and transcriber.decoding.lm_weight == 0:
         print(f"{PROG}: warning: --lm {args.lm} is not used with an LM weight of 0; give --lm-weight", file=sys.stderr)
     names = output_names(files)  # a/talk.wav and b/talk.wav do not overwrite each other

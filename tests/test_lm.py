@@ -393,13 +393,21 @@ def test_export_saves_the_beam_size_as_transcribes_default(files, tmp_path, caps
 
 
 @pytest.mark.parametrize("weight", ["-0.1", "1.5", "nan"])
-def test_export_saves_the_ctc_weight_as_transcribes_default_and_refuses_one_outside_0_to_1(files, tmp_path, capsys, weight):
+def test_export_saves_a_ctc_weight_transcribe_overrides_and_both_refuse_one_outside_0_to_1(files, tmp_path, capsys, monkeypatch, weight):
     out = tmp_path / "ctc"
     assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--ctc-weight", "0.15"]) == 0
     assert Transcriber(out).decoding.ctc_weight == 0.15
     assert Transcriber(out).decoding.beam_size == Transcriber(files["model"]).decoding.beam_size  # the rest as saved
     err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), f"--ctc-weight={weight}"])
     assert "--ctc-weight must be in [0, 1]" in err and not (tmp_path / "x").exists()
+    assert Transcriber(out, ctc_weight=0.5).decoding.ctc_weight == 0.5  # transcribe's --ctc-weight still wins
+    loaded = []
+    original = Transcriber.load.__func__
+    monkeypatch.setattr(Transcriber, "load", classmethod(lambda cls, *a, **k: loaded.append(original(cls, *a, **k)) or loaded[-1]))
+    assert speech_attend(["transcribe", "--ckpt", str(out), "--ctc-weight", "0", str(files["clip"])]) == 0
+    assert loaded[-1].decoding.ctc_weight == 0.0
+    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(out), f"--ctc-weight={weight}", str(files["clip"])])
+    assert "--ctc-weight must be in [0, 1]" in err
 
 
 def test_lm_weight_without_any_lm_is_a_one_line_error(files, capsys):

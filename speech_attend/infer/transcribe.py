@@ -384,20 +384,22 @@ class Transcriber:
             fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
         lm_weight (float or None, optional): its weight, in [0, 2]; by default the saved one.
         length_bonus (float or None, optional): added per character; by default the saved one.
+        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, in
+            [0, 1]; by default the saved one.
     """
 
     def __init__(
         self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None,
         device: str | torch.device = "cpu", trim: bool = True, lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None, length_bonus: float | None = None,
+        lm_weight: float | None = None, length_bonus: float | None = None, ctc_weight: float | None = None,
     ):
         check_device(device)  # the settings before the model loads
-        self.check_settings(beam_size, max_chunk_seconds)
+        self.check_settings(beam_size, max_chunk_seconds, ctc_weight)
         self.model = load_recognizer(path, device)
         self.vocabulary, self.decoding = self.model.vocabulary, self.model.decoding
         self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
-        if beam_size is not None:
-            self.decoding = replace(self.decoding, beam_size=beam_size)
+        chosen = {name: value for name, value in (("beam_size", beam_size), ("ctc_weight", ctc_weight)) if value is not None}
+        self.decoding = replace(self.decoding, **chosen)
         saved = self.decoding.max_chunk_seconds
         self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
         self.device, self.trim = device, trim
@@ -406,7 +408,7 @@ class Transcriber:
     def load(
         cls, path: str | os.PathLike | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
         max_chunk_seconds: float | None = None, trim: bool = True, lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None, length_bonus: float | None = None,
+        lm_weight: float | None = None, length_bonus: float | None = None, ctc_weight: float | None = None,
     ) -> "Transcriber":
         """Load a model from a ``.ckpt`` file or an exported folder; ``None``: the shipped model.
 
@@ -416,7 +418,8 @@ class Transcriber:
             ValueError: a device this machine lacks, or a setting out of range (before anything loads).
             CheckpointError: the model cannot be loaded.
         """
-        return cls(shipped_model() if path is None else path, beam_size, max_chunk_seconds, device, trim, lm, lm_weight, length_bonus)
+        return cls(shipped_model() if path is None else path, beam_size, max_chunk_seconds, device, trim, lm, lm_weight, length_bonus,
+                   ctc_weight)
 
     @staticmethod
     def check_settings(beam_size: int | None = None, max_chunk_seconds: float | None = None, ctc_weight: float | None = None) -> None:
