@@ -71,3 +71,30 @@ def test_side_by_side_bench_refuses_zero_rounds_in_one_line():
 
     with pytest.raises(SystemExit, match="--rounds must be at least 1, got 0"):
         bench_against.compare("captioner", "HEAD", rounds=0)
+
+
+def test_the_transcribe_benchmark_times_the_whole_command_and_the_decode_of_each_beam(tmp_path, capsys):
+    import json
+
+    import bench_transcribe
+    import soundfile as sf
+
+    from shared.training.model_files import export_folder
+    from speech_attend.model.las import build_recognizer
+    from tiny import TINY_SPEECH_CONFIG
+
+    config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
+              "decoding": {"beam_size": 1, "max_len_ratio": 0.2}, "features": {}}
+    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: the timing is the point
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, 0.1 * torch.randn(8000).numpy(), 16000)
+    audio = bench_transcribe.ten_second_file(tmp_path / "ten.wav", [clip, clip])
+    wave, rate = sf.read(audio)
+    assert rate == 16000 and len(wave) == 160000  # exactly 10 s, the clips repeated
+    assert bench_transcribe.main(["--ckpt", str(tmp_path / "model"), "--file", str(audio), "--beams", "1,2", "--runs", "1", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert list(results["beams"]) == ["1", "2"]
+    for r in results["beams"].values():
+        assert len(r["command"]) == 1 and r["command_median"] > r["decode_median"] > 0  # the command adds start-up
+        assert r["under_target"] == (r["command_median"] < 3.0)
+    assert bench_transcribe.main(["--beams", "0"]) == 2 and "--beams" in capsys.readouterr().err
