@@ -189,3 +189,24 @@ def test_babble_curve_writes_the_devsets_babble_at_each_level_and_scores_it(devs
         assert 15 < 10 * np.log10(np.mean(babble10**2) / np.mean(babble30**2)) < 25
     assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--snrs", "ten"]) == 2
     assert "--snrs 'ten'" in capsys.readouterr().err
+
+
+def test_decode_sweep_scores_each_setting_against_the_first_with_a_bootstrap_interval(devsets, tmp_path, capsys):
+    import decode_sweep
+
+    config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
+              "decoding": {"beam_size": 1, "max_len_ratio": 0.5}, "features": {}}
+    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: the plumbing
+    groups = "espeak_unseen,piper_unseen"
+    assert decode_sweep.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", groups, "--settings", "-",
+                              "-", "beam_size=2", "--split", f"{devsets}:espeak_reverb", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    base, same, wider = out["results"]
+    assert "difference_95" not in base and same["wer"] == base["wer"] and same["difference_95"] == [0.0, 0.0]  # one decoding, twice
+    assert wider["setting"] == {"beam_size": 2}
+    low, high = wider["difference_95"]
+    assert low <= high and base["mean"] == pytest.approx(sum(base["wer"].values()) / 2)
+    assert all(0 <= r["split_wer"] for r in out["results"])
+    assert decode_sweep.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--settings", "beam=3"]) == 2
+    assert "--settings 'beam=3'" in capsys.readouterr().err
+    assert decode_sweep.parse_setting("beam_size=48,ctc_weight=0.15") == {"beam_size": 48, "ctc_weight": 0.15}
