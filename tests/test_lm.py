@@ -3,7 +3,7 @@ scorer (weight 0 changes nothing; a weight w adds exactly w * log p_lm), and its
 refused in one line when they are broken or over other characters than the recognizer's."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -14,10 +14,11 @@ from shared import Vocabulary, beam_search
 from shared.training.model_files import export_folder
 from speech_attend.cli import main as speech_attend
 from speech_attend.model.features import FeatureConfig
-from speech_attend.model.lm import LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer, load_lm, save_lm
+from speech_attend.model.lm import (LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, bfloat16_is_fast, length_bonus_scorer, lm_scorer,
+                                    load_lm, save_lm)
 from speech_attend.builtin.wordnet_sentences import wordnet_definitions
 from speech_attend.train.lm import EXAMPLE_REPEATS, fit_lm, lm_sentences, perplexity, wordnet_lm_splits
-from speech_attend.model.las import LAS, DecodeConfig, LASConfig
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig, native_cpu_kernels
 from speech_attend.infer.transcribe import APP, Transcriber
 
 RATE = 16000
@@ -266,6 +267,27 @@ def test_the_fused_search_keeps_the_spellers_and_the_lms_teacher_forced_score_of
         assert sum(hyp.part_scores["length"]) == len(hyp.tokens)
         fused = sum(hyp.part_scores["attention"]) + 0.6 * sum(hyp.part_scores["lm"]) + 0.2 * len(hyp.tokens)
         assert hyp.score == pytest.approx(fused, abs=1e-4)
+
+
+def test_a_bfloat16_lm_scorer_gives_the_float32_log_probs_to_bf16_precision_where_the_cpu_multiplies_bf16(recognizer):
+    model, vocabulary = recognizer
+    lm = _random_lm(vocabulary)
+    tokens = torch.tensor([vocabulary.sos_id, 5, 6])
+    plain, fast = lm_scorer(lm, 0.5, 3), lm_scorer(lm, 0.5, 3, bfloat16=True)
+    with torch.no_grad(), native_cpu_kernels():  # as in the search, where oneDNN is off for the speller
+        expected, _, _ = plain.step(tokens, plain.state)
+        got, state, _ = fast.step(tokens, fast.state)
+    if bfloat16_is_fast():
+        assert got.dtype == torch.float32 and state[0].dtype == torch.bfloat16
+        assert torch.allclose(got, expected, atol=0.05) and not torch.equal(got, expected)
+    else:  # without native bf16 products the switch changes nothing
+        assert torch.equal(got, expected)
+    assert next(lm.parameters()).dtype == torch.float32  # the caller's model stays float32
+    waves, lengths = _waves(2)
+    config = DecodeConfig(beam_size=3, ctc_weight=0.3, lm_weight=0.5, max_len_ratio=0.5)
+    with torch.no_grad():
+        hyps, _ = model.decode(waves, lengths, replace(config, lm_bfloat16=True), lm=lm)
+    assert len(hyps) == 2 and all(h.part_scores["lm"] for h in hyps)
 
 
 def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recognizer):

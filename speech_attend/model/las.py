@@ -95,6 +95,7 @@ class DecodeConfig:
     lm_weight: float = 0.0  # weight of a language model's log-probability in the beam (shallow fusion; 0 = off), in [0, 2]
     length_bonus: float = 0.0  # added to the score for each character, offsetting the language model's preference for short outputs
     max_repeats: int | None = 6  # a hypothesis with one character this many times in a row can only end (twice the longest run of one letter in English); None = off
+    lm_bfloat16: bool = False  # run the language model in bfloat16 where the CPU multiplies it natively (lm.bfloat16_is_fast); same WERs, docs/BENCHMARKS.md
 
     def __post_init__(self):
         if self.max_repeats is not None and self.max_repeats < 2:
@@ -275,7 +276,7 @@ class LAS(nn.Module):
         batch, device = states.size(0), states.device
         scorers = WeightedScorers({  # name -> weight, step function, initial state: one entry per scorer
             "attention": Scorer(1.0, self.speller.step, state),
-            "lm": lm_scorer(lm, config.lm_weight, batch, device),  # without a language model: weight 0, left out
+            "lm": lm_scorer(lm, config.lm_weight, batch, device, config.lm_bfloat16),  # without a language model: weight 0, left out
             "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
         })
         with native_cpu_kernels():
