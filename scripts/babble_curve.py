@@ -58,10 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"babble_curve: error: --snrs {args.snrs!r}: expected comma-separated numbers of dB", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    groups = [SOURCE] + [babble_group(args.devsets, args.out, snr, args.seed) for snr in snrs]
-    transcriber = Transcriber(args.ckpt)
-    results = {group: eval_speech.evaluate(transcriber, args.out, group) for group in groups}
+    try:
+        transcriber = Transcriber(args.ckpt)  # before the groups are written: a bad model is told at once
+        args.out.mkdir(parents=True, exist_ok=True)
+        groups = [SOURCE] + [babble_group(args.devsets, args.out, snr, args.seed) for snr in snrs]
+        results = {group: eval_speech.evaluate(transcriber, args.out, group) for group in groups}
+    except (ValueError, RuntimeError, OSError) as err:  # CheckpointError and unreadable audio included
+        print(f"babble_curve: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
     clean = results[SOURCE]["wer"]
     for result in results.values():
         result["wer_ratio"] = result["wer"] / clean if clean else float("nan")

@@ -189,6 +189,9 @@ def test_babble_curve_writes_the_devsets_babble_at_each_level_and_scores_it(devs
         assert 15 < 10 * np.log10(np.mean(babble10**2) / np.mean(babble30**2)) < 25
     assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--snrs", "ten"]) == 2
     assert "--snrs 'ten'" in capsys.readouterr().err
+    missing = tmp_path / "no_model"
+    assert babble_curve.main(["--ckpt", str(missing), "--devsets", str(devsets), "--out", str(tmp_path / "none")]) == 2
+    assert f"{missing}: checkpoint not found" in capsys.readouterr().err and not (tmp_path / "none").exists()
 
 
 def test_decode_sweep_scores_each_setting_against_the_first_with_a_bootstrap_interval(devsets, tmp_path, capsys):

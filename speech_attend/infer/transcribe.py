@@ -98,6 +98,12 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
     return model.to(device).eval()
 
 
+def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bool]:
+    """``decoding`` with the given settings that are not ``None``, and whether any was given."""
+    chosen = {name: value for name, value in settings.items() if value is not None}
+    return replace(decoding, **chosen), bool(chosen)
+
+
 def export_model(
     ckpt: str | os.PathLike, out_dir: str | os.PathLike, lm: str | os.PathLike | None = None,
     lm_weight: float | None = None, length_bonus: float | None = None, beam_size: int | None = None,
@@ -130,9 +136,8 @@ def export_model(
     elif lm is not None and lm_weight is None:
         lm_weight = DEFAULT_LM_WEIGHT
     language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
-    chosen = {name: value for name, value in (("beam_size", beam_size), ("ctc_weight", ctc_weight)) if value is not None}
-    decoding = replace(decoding, **chosen)
-    if language_model is not None or chosen:
+    decoding, changed = _with_settings(decoding, beam_size=beam_size, ctc_weight=ctc_weight)
+    if language_model is not None or changed:
         hparams = {**hparams, "decoding": asdict(decoding)}
     out = export_folder(out_dir, APP, model.state_dict(), hparams)
     if language_model is not None:
@@ -398,8 +403,7 @@ class Transcriber:
         self.model = load_recognizer(path, device)
         self.vocabulary, self.decoding = self.model.vocabulary, self.model.decoding
         self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
-        chosen = {name: value for name, value in (("beam_size", beam_size), ("ctc_weight", ctc_weight)) if value is not None}
-        self.decoding = replace(self.decoding, **chosen)
+        self.decoding, _ = _with_settings(self.decoding, beam_size=beam_size, ctc_weight=ctc_weight)
         saved = self.decoding.max_chunk_seconds
         self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
         self.device, self.trim = device, trim
