@@ -147,6 +147,13 @@ STAGE_TWO["CS25N"] = ("CS25 with sounds without speech in 10% of the draws (not 
 STAGE_TWO["CS25Q"] = ("CS25N with 14-16-bit rounding in 80% of the draws (not 12-16 in 50%): a quiet 16-bit file, as the "
                        "-50 dB recordings are, 2.7x as often", [*STAGE_TWO["CS25N"][1], "--data.augment.quantize_prob", "0.8",
                                                                  "--data.augment.quantize_bits", "[14,16]"])
+# Babble at 10 dB (2.1x clean) and 16-bit files 50 dB down (1.14x) did not move with more of them
+# in training: the listener is drawn toward hearing each utterance as it hears it without them.
+for _weight in (0.2, 1.0):
+    STAGE_TWO[f"CS25K{_weight * 10:g}"] = (
+        f"CS25N with the consistency loss at weight {_weight:g} (model.consistency_weight): the listener's states of "
+        "the audio under noise, gain, offset and rounding drawn toward its states of the same audio without them",
+        [*STAGE_TWO["CS25N"][1], "--model.consistency_weight", str(_weight)])
 # A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
 # at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
 STAGE_TWO["UF"] = ("UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept "

@@ -364,7 +364,12 @@ def _noise(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: Au
     return coloured_noise(wave.numel(), colour, generator)
 
 
-def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: AugmentConfig, rate: int, generator) -> torch.Tensor:
+def _augment_one(
+    wave: torch.Tensor, clean: list[torch.Tensor], index: int, config: AugmentConfig, rate: int, generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The utterance under its conditions, and its reference: the same utterance through the same
+    voice, speed, silence, room and channel, without the noise, gain, offset and rounding (the
+    same length)."""
     if _chance(config.voice_shift_prob, generator):
         wave = shift_voice(wave, rate, _uniform(config.voice_semitones, generator), _uniform(config.voice_formant_ratio, generator))
     if _chance(config.timbre_prob, generator):
@@ -378,12 +383,17 @@ def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, conf
         rir = room_impulse_response(_uniform(config.rt60_seconds, generator), _uniform(config.direct_to_reverb_db, generator),
                                     rate, generator)
         wave = reverberate(wave, rir)
+    reference = wave
     if _chance(config.noise_prob, generator):
         wave = add_noise(wave, _noise(wave, clean, index, config, generator), _uniform(config.snr_db, generator), rate)
     if _chance(config.telephone_prob, generator):
-        wave = telephone_band(wave, rate, config.telephone_band)
+        channel = functools.partial(telephone_band, sample_rate=rate, band=config.telephone_band)
     elif _chance(config.low_rate_prob, generator):
-        wave = low_sample_rate(wave, rate, config.low_rates[_pick(len(config.low_rates), generator)])
+        channel = functools.partial(low_sample_rate, sample_rate=rate, low_rate=config.low_rates[_pick(len(config.low_rates), generator)])
+    else:
+        channel = None
+    if channel is not None:  # a deterministic filter: the reference goes through it too
+        wave, reference = channel(wave), channel(reference)
     if _chance(config.gain_prob, generator):
         wave = wave * 10 ** (_uniform(config.gain_db, generator) / 20)
     if _chance(config.dc_prob, generator):
@@ -394,7 +404,7 @@ def _augment_one(wave: torch.Tensor, clean: list[torch.Tensor], index: int, conf
     if _chance(config.quantize_prob, generator):
         low, high = config.quantize_bits
         wave = quantize(wave, low + _pick(high - low + 1, generator))
-    return wave
+    return wave, torch.nan_to_num(reference, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _without_speech(waveforms: torch.Tensor, lengths: torch.Tensor, config: AugmentConfig, rate: int, generator) -> list[int]:
@@ -410,8 +420,8 @@ def _without_speech(waveforms: torch.Tensor, lengths: torch.Tensor, config: Augm
 
 def augment_batch(
     waveforms: torch.Tensor, lengths: torch.Tensor, config: AugmentConfig, sample_rate: int = 16000,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    generator: torch.Generator | None = None, references: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Draw and apply the training conditions to each utterance of a padded batch.
 
     Args:
@@ -421,18 +431,26 @@ def augment_batch(
         sample_rate (int, optional): Hz of the audio. (Default: ``16000``)
         generator (torch.Generator or None, optional): source of randomness; ``None`` uses
             torch's global generator. (Default: ``None``)
+        references (bool, optional): also return each utterance's reference: the same voice,
+            speed, silence, room and channel without the noise, gain, offset and rounding, as a
+            padded `(B, N')` of the same lengths (what the consistency loss of
+            :class:`~speech_attend.train.module.RecognizerModule` compares with). (Default: ``False``)
 
     Returns:
         (torch.Tensor, torch.Tensor): zero-padded audio `(B, N')`, finite and within ``[-1, 1]``,
-        and the new lengths `(B,)` (speed and silence change them).
+        and the new lengths `(B,)` (speed and silence change them); with ``references``, the
+        references `(B, N')` last.
     """
     if waveforms.dim() != 2 or lengths.dim() != 1 or lengths.numel() != waveforms.size(0):
         raise ValueError(f"expected waveforms (B, N) and lengths (B,), got {tuple(waveforms.shape)} and {tuple(lengths.shape)}")
     clean = [waveforms[i, : int(n)].float() for i, n in enumerate(lengths)]
     config.check(sample_rate)
-    out = [_augment_one(wave, clean, i, config, sample_rate, generator) for i, wave in enumerate(clean)]
+    out, kept = zip(*[_augment_one(wave, clean, i, config, sample_rate, generator) for i, wave in enumerate(clean)])
     new_lengths = torch.tensor([w.numel() for w in out], dtype=torch.long)
-    return torch.nn.utils.rnn.pad_sequence(out, batch_first=True), new_lengths  # (B, N'), (B,)
+    padded = torch.nn.utils.rnn.pad_sequence(list(out), batch_first=True)  # (B, N')
+    if references:
+        return padded, new_lengths, torch.nn.utils.rnn.pad_sequence(list(kept), batch_first=True)
+    return padded, new_lengths
 
 
 class AugmentedCollate:
@@ -445,14 +463,16 @@ class AugmentedCollate:
         config (AugmentConfig): chances and ranges.
         sample_rate (int): Hz of the audio.
         step (int, optional): the training step the first batches are for. (Default: ``0``)
+        references (bool, optional): give each batch its ``references`` (see :func:`augment_batch`).
+            (Default: ``False``)
 
     :meth:`set_step` follows the training (``config.start_step`` and ``ramp_steps``); the
     strength lives in shared memory, so loader processes see it too.
     """
 
-    def __init__(self, collate: Callable, config: AugmentConfig, sample_rate: int, step: int = 0):
+    def __init__(self, collate: Callable, config: AugmentConfig, sample_rate: int, step: int = 0, references: bool = False):
         config.check(sample_rate)
-        self.collate, self.config, self.sample_rate = collate, config, sample_rate
+        self.collate, self.config, self.sample_rate, self.references = collate, config, sample_rate, references
         self._strength = multiprocessing.RawValue("d", config.strength(step))
 
     @property
@@ -473,5 +493,9 @@ class AugmentedCollate:
             for i in _without_speech(waveforms, batch.lengths, config, self.sample_rate, None):
                 texts[i] = ""
             batch = self.collate.with_texts(batch._replace(waveforms=waveforms), texts)
+        if self.references:
+            waveforms, lengths, references = augment_batch(batch.waveforms, batch.lengths, config, self.sample_rate,
+                                                           references=True)
+            return batch._replace(waveforms=waveforms, lengths=lengths, references=references)
         waveforms, lengths = augment_batch(batch.waveforms, batch.lengths, config, self.sample_rate)
         return batch._replace(waveforms=waveforms, lengths=lengths)

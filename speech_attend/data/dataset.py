@@ -45,6 +45,9 @@ class Batch(NamedTuple):
             from a collate without a vocabulary (:func:`speller_targets` for all three).
         outputs (torch.Tensor or None): speller outputs ``y <eos>`` `(B, U + 1)`, padded.
         label_lengths (torch.Tensor or None): characters per transcript, ``<eos>`` not counted `(B,)`.
+        references (torch.Tensor or None): the training audio without its noise, gain, offset and
+            rounding `(B, N)`, the same lengths (:func:`~speech_attend.data.augment.augment_batch`);
+            ``None`` unless the consistency loss asks for it.
     """
 
     waveforms: torch.Tensor
@@ -55,6 +58,7 @@ class Batch(NamedTuple):
     inputs: torch.Tensor | None = None
     outputs: torch.Tensor | None = None
     label_lengths: torch.Tensor | None = None
+    references: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:

@@ -152,10 +152,12 @@ class LAS(nn.Module):
         logmel = self.frontend.logmel
         return logmel.win + logmel.hop * (self.listener.reduction - 1)
 
-    def encode(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, waveforms: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             waveforms (torch.Tensor): `(B, N)` padded audio.
             lengths (torch.Tensor): samples per waveform `(B,)`.
+            drop_output (bool, optional): the listener's dropout on its states (training only).
+                (Default: ``True``)
 
         Returns:
             (torch.Tensor, torch.Tensor): listener states `(B, L, 2H)` and lengths `(B,)`.
@@ -171,9 +173,9 @@ class LAS(nn.Module):
             )
         features, frames = self.frontend(waveforms, lengths)  # (B, T, n_mels)
         if torch.is_grad_enabled():  # training: oneDNN's LSTM, much faster forwards and backwards
-            return self.listener(features, frames)  # (B, L, 2H), (B,)
+            return self.listener(features, frames, drop_output)  # (B, L, 2H), (B,)
         with native_cpu_kernels():  # decoding runs packed sequences, which oneDNN does not take
-            return self.listener(features, frames)
+            return self.listener(features, frames, drop_output)
 
     def ctc_log_probs(self, states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """CTC log-probabilities `(B, L * u, V)` and their lengths `(B,)` (``u = ctc_upsample``)."""
@@ -196,12 +198,14 @@ class LAS(nn.Module):
                 the model's own previous prediction instead of the true character. (Default: ``0.0``)
 
         Returns:
-            dict: ``logits`` `(B, U, V)`, ``alignments`` `(B, U, L)`, ``encoder_lengths`` `(B,)`,
-            and, with a CTC head, ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
+            dict: ``logits`` `(B, U, V)`, ``alignments`` `(B, U, L)`, the listener's ``states``
+            before its dropout `(B, L, D)`, ``encoder_lengths`` `(B,)`, and, with a CTC head,
+            ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
         """
-        states, encoder_lengths = self.encode(waveforms, lengths)
+        undropped, encoder_lengths = self.encode(waveforms, lengths, drop_output=False)
+        states = self.listener.dropout(undropped)
         logits, alignments = self.speller(states, encoder_lengths, inputs, sampling_probability)
-        out = {"logits": logits, "alignments": alignments, "encoder_lengths": encoder_lengths}
+        out = {"logits": logits, "alignments": alignments, "states": undropped, "encoder_lengths": encoder_lengths}
         if self.ctc_head is not None:
             out["ctc_log_probs"], out["ctc_lengths"] = self.ctc_log_probs(states, encoder_lengths)
         return out

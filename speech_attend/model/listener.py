@@ -129,10 +129,12 @@ class Listener(nn.Module):
         """Exact output frames for input frames `(B,)` (nested floors equal one floor)."""
         return torch.div(lengths, self.reduction, rounding_mode="floor")
 
-    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             features (torch.Tensor): `(B, T, D)`.
             lengths (torch.Tensor): valid frames `(B,)`.
+            drop_output (bool, optional): dropout on the last layer's output too (the caller
+            applies ``self.dropout`` itself where it also needs the states without). (Default: ``True``)
 
         Returns:
             (torch.Tensor, torch.Tensor): listener states `(B, T', 2H)` (0 at padding) and
@@ -140,11 +142,13 @@ class Listener(nn.Module):
         """
         x, lengths = stack_frames(features, lengths, self.input_stack)  # (B, T/s, s*D)
         norms = iter(self.norms)
-        for layer in self.layers:
-            x = self.dropout(self._masked(next(norms)(layer(x, lengths)), lengths))  # (B, T/s, 2H)
-        for layer in self.pyramid:
-            x, lengths = stack_frames(x, lengths, 2)  # (B, T/2, 4H): eq. 5's concatenation
-            x = self.dropout(self._masked(next(norms)(layer(x, lengths)), lengths))  # (B, T/2, 2H)
+        last = len(self.layers) + len(self.pyramid) - 1
+        for i, layer in enumerate([*self.layers, *self.pyramid]):
+            if i >= len(self.layers):
+                x, lengths = stack_frames(x, lengths, 2)  # (B, T/2, 4H): eq. 5's concatenation
+            x = self._masked(next(norms)(layer(x, lengths)), lengths)  # (B, T', 2H)
+            if i < last or drop_output:
+                x = self.dropout(x)
         return x, lengths
 
     @staticmethod

@@ -42,11 +42,17 @@ def _quote_default(parser, dest: str) -> None:
     action.help = f'{action.help} (type: %(type)s, default: "%(default)s")'  # jsonargparse then adds neither
 
 
+def _needs_references(consistency_weight: float) -> bool:
+    """The training batches carry their references where the consistency loss reads them."""
+    return consistency_weight > 0
+
+
 class RecognizerCLI(AttendCLI):
     """The shared LightningCLI, with the model's sample rate linked into the data module."""
 
     def link_data_and_model(self, parser) -> None:
         parser.link_arguments("model.features.sample_rate", "data.sample_rate")
+        parser.link_arguments("model.consistency_weight", "data.references", compute_fn=_needs_references)
         _quote_default(parser, "data.keep_punctuation")
 
 

@@ -72,6 +72,9 @@ class SpeechDataModule(pl.LightningDataModule):
             (Default: ``None``)
         vocabulary (list of str or None, optional): the characters, when they come from a
             checkpoint rather than from the training text; set by the command line. (Default: ``None``)
+        references (bool, optional): training batches carry each utterance's reference, its audio
+            without the noise, gain, offset and rounding (``Batch.references``); linked from
+            ``model.consistency_weight`` by the command line. (Default: ``False``)
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class SpeechDataModule(pl.LightningDataModule):
         oov_policy: str = "drop",
         augment: AugmentConfig | None = None,
         vocabulary: list[str] | None = None,
+        references: bool = False,
     ):
         super().__init__()
         if oov_policy not in OOV_POLICIES:
@@ -213,7 +217,8 @@ class SpeechDataModule(pl.LightningDataModule):
         collate_fn = Collate(self.vocabulary)  # transcripts become the speller's ids here, not in the module
         if name == "train" and self.augment is not None:  # never the validation or test audio
             step = trainer.global_step if trainer is not None else 0
-            collate_fn = self._augmented = AugmentedCollate(collate_fn, self.augment, self.hparams.sample_rate, step)
+            collate_fn = self._augmented = AugmentedCollate(collate_fn, self.augment, self.hparams.sample_rate, step,
+                                                            references=self.hparams.references)
         return DataLoader(
             dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_fn,
             persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),

@@ -6,6 +6,14 @@ Loss (the strong recipes for attention-based ASR)::
 
 with label smoothing on the cross-entropy, scheduled sampling on the speller inputs, and a
 CTC weight ``lambda`` that can fall linearly from ``ctc_weight`` to ``ctc_weight_final``.
+
+With ``consistency_weight`` ``w > 0`` the listener also learns to hear an utterance under noise,
+gain, offset and rounding as it hears the same utterance without them (invariant representation
+learning, Liang et al. 2018): its states ``h`` of the training audio are drawn toward its states
+``r`` of the reference audio (``Batch.references``: the same voice, speed, room and channel,
+nothing added), which get no gradient, over the frames of the utterances whose audio differs::
+
+    loss += w * mean_t ||h_t - sg(r_t)||^2 / ||sg(r_t)||^2
 Validation and test decode every utterance with the batched beam search, rescore with CTC and
 compute WER/CER over the whole split (:class:`shared.training.module.AttendModule`).
 
@@ -24,7 +32,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch.nn import functional as F
 
-from shared import Vocabulary
+from shared import Vocabulary, lengths_to_mask
 from shared.evaluation.speech import speech_metrics
 from shared.training.bad_samples import zero_loss
 from shared.training.config import as_dataclass
@@ -68,6 +76,8 @@ class RecognizerModule(AttendModule):
         guided_attention_steps (int or None): the weight falls linearly to 0 at this step;
             ``None`` keeps it for the whole run. (Default: ``None``)
         statistics_utterances (int): training utterances for the feature statistics. (Default: ``2000``)
+        consistency_weight (float): weight ``w`` of the consistency loss above; 0 turns it off (and
+            the training batches carry no references). (Default: ``0.0``)
     """
 
     app = "speech-attend"
@@ -89,6 +99,7 @@ class RecognizerModule(AttendModule):
         guided_attention_sigma: float = 0.2,
         guided_attention_steps: int | None = None,
         statistics_utterances: int = 2000,
+        consistency_weight: float = 0.0,
     ):
         super().__init__()
         if not vocabulary:
@@ -98,6 +109,8 @@ class RecognizerModule(AttendModule):
         decoding = as_dataclass(DecodeConfig, decoding)
         if not 0.0 <= ctc_weight <= 1.0 or not 0.0 <= (ctc_weight if ctc_weight_final is None else ctc_weight_final) <= 1.0:
             raise ValueError(f"ctc weights must be in [0, 1], got {ctc_weight} and {ctc_weight_final}")
+        if not 0.0 <= consistency_weight <= 10.0:
+            raise ValueError(f"consistency_weight must be in [0, 10], got {consistency_weight}")
         if ctc_weight > 0 and not las.ctc_upsample:
             raise ValueError("ctc_weight > 0 needs a CTC head: set las.ctc_upsample >= 1")
         # Plain data only, so checkpoints load with weights_only=True.
@@ -181,6 +194,30 @@ class RecognizerModule(AttendModule):
         per_step = (alignments.float() * penalty).sum(-1)  # (B, U)
         return per_step[valid].mean()
 
+    def _consistency_loss(self, batch: Batch, states: torch.Tensor, encoder_lengths: torch.Tensor) -> torch.Tensor | None:
+        """``mean_t ||h_t - sg(r_t)||^2 / ||sg(r_t)||^2`` over the valid frames of the utterances whose
+        training audio differs from its reference; ``None`` where none does.
+
+        Args:
+            batch (Batch): a training batch with ``references`` `(B, N)`.
+            states (torch.Tensor): the listener's states of ``batch.waveforms`` `(B, L, D)`.
+            encoder_lengths (torch.Tensor): `(B,)`.
+        """
+        differs = (batch.references != batch.waveforms).any(1)  # (B,)
+        if not bool(differs.any()):
+            return None
+        training = self.model.training
+        self.model.eval()  # the reference's states without dropout (or SpecAugment's masks)
+        try:
+            with torch.no_grad():
+                reference, _ = self.model.encode(batch.references[differs], batch.lengths[differs])  # (B', L', D)
+        finally:
+            self.model.train(training)
+        heard = states[differs][:, : reference.size(1)].float()  # L' covers every frame of these utterances
+        reference = reference.float()
+        distance = (heard - reference).square().sum(-1) / reference.square().sum(-1).clamp_min(1e-6)  # (B', L')
+        return distance[lengths_to_mask(encoder_lengths[differs], reference.size(1))].mean()
+
     def _loss(self, batch: Batch, per_item: bool = False) -> dict[str, torch.Tensor]:
         """The loss of a batch and its terms; with ``per_item``, also ``item_loss`` `(B,)`: each
         utterance's loss, its tokens' mean cross-entropy and its CTC loss per label."""
@@ -216,6 +253,12 @@ class RecognizerModule(AttendModule):
             losses["loss"] = attention_loss
         if guided > 0:
             losses["loss"] = losses["loss"] + guided * losses["guided_attention_loss"]
+        consistency = self.hparams.consistency_weight
+        if self.training and consistency > 0 and batch.references is not None:
+            term = self._consistency_loss(batch, out["states"], out["encoder_lengths"])
+            if term is not None:
+                losses["consistency_loss"] = term
+                losses["loss"] = losses["loss"] + consistency * term
         return losses
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -225,7 +268,7 @@ class RecognizerModule(AttendModule):
         size = len(batch.texts)
         self.log("train/loss", losses["loss"], prog_bar=True, batch_size=size)
         self.log("train/attention_loss", losses["attention_loss"], batch_size=size)
-        for name in ("ctc_loss", "guided_attention_loss"):
+        for name in ("ctc_loss", "guided_attention_loss", "consistency_loss"):
             if name in losses:
                 self.log(f"train/{name}", losses[name], batch_size=size)
         now = time.perf_counter()
