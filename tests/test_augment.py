@@ -311,3 +311,28 @@ def test_the_timbre_condition_changes_the_spectrum_not_the_length():
 def test_ranges_outside_their_bounds_are_refused(field, bad):
     with pytest.raises(ValueError, match=field):
         AugmentConfig(**{field: bad})
+
+
+def test_each_reference_is_its_utterance_through_the_same_voice_speed_room_and_channel_without_what_was_added():
+    waves = [_speechlike(s, seed=i) for i, s in enumerate((0.6, 1.0, 0.8))]
+    padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
+    lengths = torch.tensor([w.numel() for w in waves])
+    added = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=1, babble_prob=0.5, telephone_prob=0,
+                          low_rate_prob=0, gain_prob=1, gain_db=(-50.0, -40.0), dc_prob=1, quantize_prob=1,
+                          quantize_bits=(16, 16))
+    out, new_lengths, references = augment_batch(padded, lengths, added, SR, _gen(), references=True)
+    assert torch.equal(new_lengths, lengths) and references.shape == out.shape
+    torch.testing.assert_close(references, padded)  # nothing before the noise: the input itself
+    assert not torch.equal(out, padded)
+    # What changes the length or the channel reaches both: the reference keeps each utterance's length.
+    shaped = AugmentConfig(speed_prob=1, silence_prob=1, reverb_prob=1, noise_prob=1, telephone_prob=1, low_rate_prob=0,
+                           gain_prob=0, dc_prob=0)
+    out, new_lengths, references = augment_batch(padded, lengths, shaped, SR, _gen(3), references=True)
+    assert not torch.equal(new_lengths, lengths) and references.shape == out.shape
+    for row, reference, n in zip(out, references, new_lengths.tolist()):
+        assert not reference[n:].any() and reference[:n].abs().sum() > 0
+        assert _band_energy(reference[:n], 3500, 8000) < 1e-6 * _band_energy(reference[:n], 400, 3300)  # the telephone band
+        assert not torch.allclose(reference[:n], row[:n])  # the noise went to the utterance alone
+    # The same draws with or without references: the training audio does not change.
+    again, _ = augment_batch(padded, lengths, shaped, SR, _gen(3))
+    torch.testing.assert_close(again, out)

@@ -207,6 +207,41 @@ def test_joint_ctc_attention_loss_is_finite_and_reaches_every_part():
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in part.parameters())
 
 
+def test_the_consistency_loss_draws_the_listeners_states_of_noisy_audio_toward_its_states_of_the_reference():
+    module = _recognizer(ctc_weight=0.3, consistency_weight=0.5).train()
+    batch = _batch()
+    with pytest.raises(ValueError, match="needs training batches with references"):
+        module._loss(batch)
+    assert "consistency_loss" not in module._loss(batch._replace(references=batch.waveforms.clone()))  # nothing added
+    assert "consistency_loss" not in module.eval()._loss(batch)  # validation: the loss as before
+    module.train()
+    noise = torch.randn(batch.waveforms.shape, generator=torch.Generator().manual_seed(2)) * 0.05
+    noisy = batch._replace(waveforms=batch.waveforms + noise, references=batch.waveforms)
+    noisy = noisy._replace(waveforms=noisy.waveforms * (torch.arange(6000)[None] < batch.lengths[:, None]))
+    noisy = noisy._replace(waveforms=torch.where(torch.tensor([[True], [False], [True]]), noisy.waveforms, batch.waveforms))
+    losses = module._loss(noisy)
+    assert float(losses["consistency_loss"].detach()) > 0
+    torch.testing.assert_close(losses["loss"], 0.7 * losses["attention_loss"] + 0.3 * losses["ctc_loss"]
+                               + 0.5 * losses["consistency_loss"])
+    # Its value: over the frames of the two utterances whose audio differs, without dropout on either side.
+    module.eval()
+    with torch.no_grad():
+        heard, frames = module.model.encode(noisy.waveforms[[0, 2]], batch.lengths[[0, 2]])
+        reference, _ = module.model.encode(batch.waveforms[[0, 2]], batch.lengths[[0, 2]])
+    distance = (heard - reference).square().sum(-1) / reference.square().sum(-1)
+    expected = torch.cat([distance[0, : frames[0]], distance[1, : frames[1]]]).mean()
+    module.train()  # TINY has no dropout: training mode draws nothing
+    module.zero_grad()
+    term = module._consistency_loss(noisy, *module.model.encode(noisy.waveforms, noisy.lengths, drop_output=False))
+    torch.testing.assert_close(term, expected, rtol=1e-4, atol=1e-6)
+    # The gradient reaches the listener (through the training audio: the reference has none), not the speller.
+    term.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.model.listener.parameters())
+    assert all(p.grad is None for p in module.model.speller.parameters())
+    with pytest.raises(ValueError, match="consistency_weight must be in"):
+        _recognizer(consistency_weight=-1.0)
+
+
 def test_beam_search_with_one_beam_equals_greedy_decoding():
     module = _recognizer().eval()
     model, vocab = module.model, module.vocabulary

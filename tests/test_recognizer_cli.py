@@ -243,3 +243,23 @@ def test_the_recognizer_s_fit_with_averaging_exports_the_average(trained, tmp_pa
     exported = load_file(tmp_path / "model" / "model.safetensors")
     for name in averaged:
         torch.testing.assert_close(exported[name.removeprefix("model.")], checkpoint["state_dict"][name])
+
+
+def test_a_fit_with_the_consistency_loss_gets_references_from_the_linked_data_module(trained, tmp_path, monkeypatch):
+    from speech_attend.train.module import RecognizerModule
+
+    terms = []
+    original = RecognizerModule._consistency_loss
+
+    def recorded(self, batch, states, encoder_lengths):
+        term = original(self, batch, states, encoder_lengths)
+        terms.append(None if term is None else float(term.detach()))
+        return term
+
+    monkeypatch.setattr(RecognizerModule, "_consistency_loss", recorded)
+    assert main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
+                 str(tmp_path / "run"), "--trainer.max_steps", "2", "--model.consistency_weight", "0.5",
+                 "--data.augment.noise_prob", "1", "--data.augment.babble_prob", "0", "--data.augment.snr_db", "[0,5]"]) == 0
+    assert len(terms) == 2 and all(term is not None and term > 0 for term in terms)
+    saved = torch.load(next((tmp_path / "run").rglob("last.ckpt")), map_location="cpu", weights_only=True)
+    assert saved["hyper_parameters"]["consistency_weight"] == 0.5

@@ -486,7 +486,7 @@ class AugmentedCollate:
         batch = self.collate(items)
         strength = self.strength
         if not batch.batch_size or strength <= 0:
-            return batch
+            return batch._replace(references=batch.waveforms) if self.references else batch  # nothing added yet
         config = self.config if strength >= 1 else self.config.scaled(strength)
         if config.non_speech_prob > 0:
             texts, waveforms = list(batch.texts), batch.waveforms.clone()

@@ -254,7 +254,10 @@ class RecognizerModule(AttendModule):
         if guided > 0:
             losses["loss"] = losses["loss"] + guided * losses["guided_attention_loss"]
         consistency = self.hparams.consistency_weight
-        if self.training and consistency > 0 and batch.references is not None:
+        if self.training and consistency > 0:
+            if batch.references is None:
+                raise ValueError(f"model.consistency_weight {consistency:g} needs training batches with references: set "
+                                 "data.references true and data.augment (the command line links them)")
             term = self._consistency_loss(batch, out["states"], out["encoder_lengths"])
             if term is not None:
                 losses["consistency_loss"] = term
