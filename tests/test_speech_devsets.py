@@ -187,8 +187,21 @@ def test_babble_curve_writes_the_devsets_babble_at_each_level_and_scores_it(devs
         babble30 = sf.read(u.audio_path)[0] - clean[u.utt_id]
         babble10 = sf.read(devsets / Path(u.audio_path).relative_to(out).as_posix().replace("babble30", "babble10"))[0] - clean[u.utt_id]
         assert 15 < 10 * np.log10(np.mean(babble10**2) / np.mean(babble30**2)) < 25
+    assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--out", str(out), "--snrs", "20",
+                              "--noise", "white", "--source", "piper_unseen", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert list(results) == ["piper_unseen", "piper_white20"]
+    clean = {u.utt_id: sf.read(u.audio_path)[0] for u in read_librispeech(devsets, ["piper_unseen"])}
+    for u in read_librispeech(out, ["piper_white20"]):  # white: flat across the band, 20 dB under the active speech
+        noise = sf.read(u.audio_path)[0] - clean[u.utt_id]
+        spectrum = np.abs(np.fft.rfft(noise)) ** 2
+        low, high = spectrum[: spectrum.size // 4].mean(), spectrum[-spectrum.size // 4:].mean()
+        assert 0.7 < low / high < 1.4
+        assert 15 < 10 * np.log10(np.mean(clean[u.utt_id] ** 2) / np.mean(noise**2)) < 30
     assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--snrs", "ten"]) == 2
     assert "--snrs 'ten'" in capsys.readouterr().err
+    assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--source", "nope"]) == 2
+    assert "nope: not found" in capsys.readouterr().err
     missing = tmp_path / "no_model"
     assert babble_curve.main(["--ckpt", str(missing), "--devsets", str(devsets), "--out", str(tmp_path / "none")]) == 2
     assert f"{missing}: checkpoint not found" in capsys.readouterr().err and not (tmp_path / "none").exists()
