@@ -1,0 +1,1 @@
+"""Command-line scripts of the project: benchmarks, evaluations, data builders (run from the repository root)."""

@@ -1,0 +1,1 @@
+"""Benchmarks that set this project beside others: ``python -m scripts.benchmarks.<name>``."""
