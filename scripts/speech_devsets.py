@@ -2,6 +2,7 @@
 
     python scripts/speech_devsets.py --out DIR [--per-group 200] [--seed 0] [--no-engines]
     python scripts/speech_devsets.py --out DIR --per-group 1000 --seed 7 --espeak-only
+    python scripts/speech_devsets.py --out DIR --human-only
 
 Groups (each a LibriSpeech-layout subset ``DIR/<group>/<speaker>/<chapter>/...``, 16 kHz FLAC
 with ``trans.txt``, listed with a description in ``DIR/devsets.json``):
@@ -16,10 +17,19 @@ with ``trans.txt``, listed with a description in ``DIR/devsets.json``):
 - ``espeak_reverb``: the clips of ``espeak_unseen`` in simulated rooms (RT60 0.3 to 0.8 s);
 - ``human_alsa``: human speech, the 8 spoken clips of alsa-utils' speaker test (one woman: "front
   left", "rear center" and the like; a real recording found in a package, so evaluation only),
-  their words taken from their file names (skipped, with a note, when alsa-utils is missing).
+  their words taken from their file names (skipped, with a note, when alsa-utils is missing);
+- ``human``: every human recording with exact words, each source its own speaker: alsa-utils'
+  8 clips, the recordings of Debian's ``pocketsphinx-testdata`` (5 card names, 5 LibriVox
+  sentences of *Sense and Sensibility*, "go forward ten meters", five TIDIGITS-style digits), and
+  those committed under ``scripts/benchmarks/human_speech/`` (its README names their repositories
+  and licences). Skipped, with a note, unless every source is there, so that its score always
+  means the same clips. ``devsets.json``'s ``sources`` names each human utterance's file and licence.
+
+Recordings of people are reserved for evaluation: they go nowhere but these groups.
 
 Score a model on all of them with ``scripts/eval_speech.py --ckpt CKPT --devsets DIR``.
 
+``--human-only`` writes ``human_alsa`` and ``human`` alone (seconds, no synthesis).
 ``--espeak-only`` writes ``espeak_unseen`` alone: a larger group of it (another seed, so other
 clips) tells ratios apart that 200 clips cannot (``scripts/recording_check.py``'s -50 dB against
 clean: a 95 % interval about 0.07 wide at 1,000 clips, 0.18 at 200).
@@ -28,8 +38,11 @@ clean: a 95 % interval about 0.07 wide at 1,000 clips, 0.18 at 200).
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +56,7 @@ from speech_attend.data.audio import load_audio  # noqa: E402
 from speech_attend.data.augment import add_noise, babble, reverberate, room_impulse_response  # noqa: E402
 from speech_attend.builtin.piper_voice import missing_packages  # noqa: E402
 from speech_attend.builtin.corpus import prepare_synth  # noqa: E402
+from speech_attend.data.text import normalize_text  # noqa: E402
 
 SAMPLE_RATE = 16000
 _SEED_OFFSET = 1000  # the groups' utterance draws differ from those of a corpus's own dev split
@@ -52,6 +66,25 @@ _DIRECT_TO_REVERB_DB = (0.0, 6.0)
 _MAX_PEAK = 0.98
 ALSA_SOUNDS = Path("/usr/share/sounds/alsa")  # alsa-utils' speaker-test clips
 _ALSA_CLIPS = ["Front_Left", "Front_Center", "Front_Right", "Rear_Left", "Rear_Center", "Rear_Right", "Side_Left", "Side_Right"]
+POCKETSPHINX_DATA = Path("/usr/share/pocketsphinx/test/data")  # pocketsphinx-testdata's recordings
+HUMAN_SPEECH = Path(__file__).resolve().parent / "benchmarks" / "human_speech"  # committed clips, listed in clips.json
+# pocketsphinx-testdata's sources, each (folder, its transcription file): lines "<s> ten of clubs </s> (001)" for 001.wav
+_POCKETSPHINX_TRANSCRIBED = [("cards", "cards.transcription"), ("librivox", "transcription")]
+# Its clips without a transcription file, whose words another file of the package states: goforward.gram's
+# first rule, and the TIDIGITS naming (z: zero) that tidigits.lsn follows ("two nine three four zero (man.ah.2934za)").
+_POCKETSPHINX_NAMED = [("goforward.raw", "go forward ten meters"), ("tidigits/dhd.2934z.raw", "two nine three four zero")]
+_TRANSCRIPTION_LINE = re.compile(r"^(?:<s>)?(.*?)(?:</s>)?\s*\((\S+)\)$")
+_LICENCES = {"alsa-utils": "GPL-2 (alsa-utils)", "pocketsphinx-testdata": "BSD-2-Clause (pocketsphinx-testdata)"}
+
+
+@dataclass(frozen=True)
+class _Clip:
+    """One human recording: its audio file, its words and where it comes from."""
+
+    audio: Path  # a WAV or FLAC, or a .raw of 16 kHz 16-bit mono little-endian PCM (pocketsphinx's convention)
+    text: str
+    source: str  # "package: file" or "owner/repo:path@commit"
+    licence: str
 
 
 def _spoken_group(out: Path, name: str, engine: str, count: int, seed: int) -> None:
@@ -79,22 +112,98 @@ def _derived_group(out: Path, source: str, name: str, seed: int, condition) -> N
         sf.write(out / name / path.relative_to(out / source), changed, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
 
 
-def _human_group(out: Path, name: str, sounds: Path) -> bool:
-    """alsa-utils' spoken clips in ``sounds`` as group ``name`` (one speaker), each clip's words its
-    file name's (``Front_Left.wav``: "FRONT LEFT"); False, writing nothing, when any is missing."""
-    clips = [sounds / f"{clip}.wav" for clip in _ALSA_CLIPS]
-    if not all(path.is_file() for path in clips):
-        return False
-    chapter = out / name / "1" / "1"
+def _read_clip(path: Path) -> np.ndarray:
+    if path.suffix == ".raw":
+        return np.fromfile(path, dtype="<i2").astype(np.float32) / 32768
+    return load_audio(path, SAMPLE_RATE).numpy()
+
+
+def _write_group(out: Path, name: str, speakers: list[list[_Clip]]) -> list[dict[str, str]]:
+    """Write ``speakers`` (each a list of clips) as group ``name``, speaker ``i + 1``, chapter 1, with
+    normalised upper-case words (LibriSpeech's); returns each utterance's source entry for ``devsets.json``."""
     shutil.rmtree(out / name, ignore_errors=True)
-    chapter.mkdir(parents=True)
-    lines = []
-    for i, path in enumerate(clips):
-        utterance = f"1-1-{i:04d}"
-        sf.write(chapter / f"{utterance}.flac", load_audio(path, SAMPLE_RATE).numpy(), SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-        lines.append(f"{utterance} {path.stem.replace('_', ' ').upper()}")
-    (chapter / "1-1.trans.txt").write_text("\n".join(lines) + "\n")
-    return True
+    sources = []
+    for speaker, clips in enumerate(speakers, start=1):
+        chapter = out / name / str(speaker) / "1"
+        chapter.mkdir(parents=True)
+        lines = []
+        for i, clip in enumerate(clips):
+            utterance = f"{speaker}-1-{i:04d}"
+            sf.write(chapter / f"{utterance}.flac", _read_clip(clip.audio), SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+            lines.append(f"{utterance} {normalize_text(clip.text).upper()}")
+            sources.append({"utterance": utterance, "source": clip.source, "licence": clip.licence})
+        (chapter / f"{speaker}-1.trans.txt").write_text("\n".join(lines) + "\n")
+    return sources
+
+
+def _alsa_clips(sounds: Path) -> list[_Clip] | None:
+    """alsa-utils' spoken clips in ``sounds``, each clip's words its file name's (``Front_Left.wav``:
+    "FRONT LEFT"); None when any is missing."""
+    paths = [sounds / f"{clip}.wav" for clip in _ALSA_CLIPS]
+    if not all(path.is_file() for path in paths):
+        return None
+    return [_Clip(path, path.stem.replace("_", " "), f"alsa-utils: {path.name}", _LICENCES["alsa-utils"]) for path in paths]
+
+
+def _pocketsphinx_clips(data: Path) -> list[list[_Clip]] | None:
+    """pocketsphinx-testdata's recordings in ``data``, one list per source (its card names, its LibriVox
+    reader, ``goforward.raw``, ``dhd.2934z.raw``); None when any file is missing."""
+    def clip(name: str, text: str) -> _Clip:
+        return _Clip(data / name, text, f"pocketsphinx-testdata: {name}", _LICENCES["pocketsphinx-testdata"])
+
+    needed = [data / folder / transcription for folder, transcription in _POCKETSPHINX_TRANSCRIBED]
+    if not all(path.is_file() for path in needed + [data / name for name, _ in _POCKETSPHINX_NAMED]):
+        return None
+    sources = []
+    for (folder, _), transcription in zip(_POCKETSPHINX_TRANSCRIBED, needed):
+        lines = [_TRANSCRIPTION_LINE.match(line.strip()) for line in transcription.read_text().splitlines() if line.strip()]
+        if not all(lines):
+            raise ValueError(f"{transcription}: expected lines '<s> words </s> (file id)'")
+        sources.append([clip(f"{folder}/{m.group(2)}.wav", m.group(1)) for m in lines])
+    sources += [[clip(name, text)] for name, text in _POCKETSPHINX_NAMED]
+    if not all(c.audio.is_file() for clips in sources for c in clips):
+        return None
+    return sources
+
+
+def _committed_clips(folder: Path) -> list[list[_Clip]]:
+    """The clips committed in ``folder`` (``clips.json``: file, text, repository, path, commit, licence),
+    one speaker each."""
+    return [[_Clip(folder / c["file"], c["text"], f"{c['repository']}:{c['path']}@{c['commit'][:8]}", c["licence"])]
+            for c in json.loads((folder / "clips.json").read_text())]
+
+
+def _human_groups(out: Path, sounds: Path, pocketsphinx: Path, committed: Path) -> tuple[dict[str, str], dict[str, list]]:
+    """``human_alsa`` and ``human``, those whose sources are all there (a note for each left out);
+    returns name -> description and name -> the utterances' sources."""
+    groups, sources = {}, {}
+    alsa = _alsa_clips(sounds)
+    package = _pocketsphinx_clips(pocketsphinx)
+    if alsa is None:
+        print(f"human_alsa skipped: no alsa-utils speaker-test clips in {sounds} (apt-get install alsa-utils)")
+    else:
+        sources["human_alsa"] = _write_group(out, "human_alsa", [alsa])
+        groups["human_alsa"] = "human speech: alsa-utils' 8 speaker-test clips (one woman, 'front left' and the like)"
+    if package is None:
+        print(f"human skipped: no pocketsphinx-testdata recordings in {pocketsphinx} (apt-get install pocketsphinx-testdata)")
+    elif alsa is None:
+        print("human skipped: it needs alsa-utils' clips too (apt-get install alsa-utils)")
+    else:
+        speakers = [alsa] + package + _committed_clips(committed)
+        sources["human"] = _write_group(out, "human", speakers)
+        count = sum(len(clips) for clips in speakers)
+        groups["human"] = (f"human speech, evaluation only: {count} recordings of {len(speakers)} sources (alsa-utils, "
+                           "pocketsphinx-testdata, scripts/benchmarks/human_speech), each its own speaker")
+    return groups, sources
+
+
+def _record_sources(out: Path, sources: dict[str, list]) -> None:
+    """Add each human group's utterance sources to ``out/devsets.json`` (after ``engine_devset.mark``,
+    which keeps only the groups)."""
+    marker = out / engine_devset.MARKER
+    listing = json.loads(marker.read_text())
+    listing["sources"] = sources
+    marker.write_text(json.dumps(listing, indent=1) + "\n")
 
 
 def _with_babble(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator,
@@ -113,18 +222,12 @@ def _in_a_room(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.
     return wet * (wave.abs().max() / wet.abs().max().clamp_min(1e-9))  # the clip's own peak level
 
 
-def build(out: Path, per_group: int, seed: int, engines: bool = True, human: Path | None = ALSA_SOUNDS,
-          espeak_only: bool = False) -> dict[str, str]:
-    """Write every group into ``out``; returns name -> description (also in ``out/devsets.json``).
-    ``human`` is the folder of alsa-utils' speaker-test clips (None: no ``human_alsa`` group);
-    ``espeak_only`` writes ``espeak_unseen`` alone."""
-    engine_devset.check_output_folder(out)
-    out.mkdir(parents=True, exist_ok=True)
+def _synthetic_groups(out: Path, per_group: int, seed: int, engines: bool, espeak_only: bool) -> dict[str, str]:
+    """The spoken groups and those derived from them (``espeak_unseen`` alone with ``espeak_only``)."""
     groups = {}
     _spoken_group(out, "espeak_unseen", "espeak", per_group, seed)
     groups["espeak_unseen"] = "new sentences, eSpeak voices and variants never heard in training"
     if espeak_only:
-        engine_devset.mark(out, groups)
         return groups
     if missing_packages():
         print(f"piper_unseen skipped: piper needs {', '.join(missing_packages())}")
@@ -142,12 +245,29 @@ def build(out: Path, per_group: int, seed: int, engines: bool = True, human: Pat
         groups["espeak_babble10"] = "espeak_unseen with babble of 3 to 7 other clips at 10 dB SNR"
         _derived_group(out, "espeak_unseen", "espeak_reverb", seed + 1, _in_a_room)
         groups["espeak_reverb"] = "espeak_unseen in simulated rooms, RT60 0.3 to 0.8 s"
-    if human is not None:
-        if _human_group(out, "human_alsa", human):
-            groups["human_alsa"] = "human speech: alsa-utils' 8 speaker-test clips (one woman, 'front left' and the like)"
-        else:
-            print(f"human_alsa skipped: no alsa-utils speaker-test clips in {human} (apt-get install alsa-utils)")
+    return groups
+
+
+def build(out: Path, per_group: int, seed: int, engines: bool = True, human: Path | None = ALSA_SOUNDS,
+          espeak_only: bool = False, pocketsphinx: Path = POCKETSPHINX_DATA, human_speech: Path = HUMAN_SPEECH,
+          human_only: bool = False) -> dict[str, str]:
+    """Write every group into ``out``; returns name -> description (also in ``out/devsets.json``).
+    ``human`` is the folder of alsa-utils' speaker-test clips (None: no human groups), ``pocketsphinx``
+    the recordings of pocketsphinx-testdata and ``human_speech`` the committed ones (``clips.json``);
+    ``espeak_only`` writes ``espeak_unseen`` alone, ``human_only`` the human groups alone."""
+    if espeak_only and human_only:
+        raise ValueError("espeak_only and human_only exclude each other; expected at most one")
+    engine_devset.check_output_folder(out)
+    out.mkdir(parents=True, exist_ok=True)
+    groups, sources = {}, {}
+    if not human_only:
+        groups.update(_synthetic_groups(out, per_group, seed, engines, espeak_only))
+    if human is not None and not espeak_only:
+        human_groups, sources = _human_groups(out, human, pocketsphinx, human_speech)
+        groups.update(human_groups)
     engine_devset.mark(out, groups)
+    if sources:
+        _record_sources(out, sources)
     return groups
 
 
@@ -157,13 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-group", type=int, default=200, help="utterances per group (default: 200)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-engines", action="store_true", help="leave out the Flite and Festival groups")
-    parser.add_argument("--espeak-only", action="store_true", help="write espeak_unseen alone (a larger group of it)")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--espeak-only", action="store_true", help="write espeak_unseen alone (a larger group of it)")
+    only.add_argument("--human-only", action="store_true", help="write the human groups alone (human_alsa, human)")
     args = parser.parse_args(argv)
     if args.per_group < 1:
         print(f"speech_devsets: error: --per-group must be at least 1, got {args.per_group}", file=sys.stderr)
         return 2
     try:
-        groups = build(args.out, args.per_group, args.seed, engines=not args.no_engines, espeak_only=args.espeak_only)
+        groups = build(args.out, args.per_group, args.seed, engines=not args.no_engines, espeak_only=args.espeak_only,
+                       human_only=args.human_only)
     except (ValueError, RuntimeError, OSError) as err:
         print(f"speech_devsets: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2

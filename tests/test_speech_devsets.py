@@ -12,6 +12,7 @@ import soundfile as sf
 
 from shared.training.model_files import export_folder
 from speech_attend.data.readers import read_librispeech
+from speech_attend.data.text import normalize_text
 from speech_attend.model.las import build_recognizer
 from speech_attend.builtin.corpus import prepare_synth
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
@@ -226,3 +227,85 @@ def test_decode_sweep_scores_each_setting_against_the_first_with_a_bootstrap_int
     assert decode_sweep.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--settings", "beam=3"]) == 2
     assert "--settings 'beam=3'" in capsys.readouterr().err
     assert decode_sweep.parse_setting("beam_size=48,ctc_weight=0.15") == {"beam_size": 48, "ctc_weight": 0.15}
+
+
+def _fake_pocketsphinx_data(folder: Path) -> Path:
+    """pocketsphinx-testdata's layout: 16 kHz WAVs with transcription files, and headerless .raw clips
+    (16 kHz 16-bit mono little-endian); here each clip is a 0.5-s tone."""
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(8000) / 16000) * 32767).astype("<i2")
+    (folder / "cards").mkdir(parents=True)
+    (folder / "librivox").mkdir()
+    (folder / "tidigits").mkdir()
+    for wav in ("cards/001.wav", "cards/002.wav", "librivox/sense_and_sensibility_01_austen_64kb-0880.wav"):
+        sf.write(folder / wav, tone, 16000, subtype="PCM_16")
+    (folder / "cards" / "cards.transcription").write_text("<s> ten of clubs  </s> (001)\n<s> four queen of clubs  </s> (002)\n")
+    (folder / "librivox" / "transcription").write_text(
+        "<s> he was not an ill disposed young man </s> (sense_and_sensibility_01_austen_64kb-0880)\n")
+    for raw in ("goforward.raw", "tidigits/dhd.2934z.raw"):
+        tone.tofile(folder / raw)
+    return folder
+
+
+def _fake_committed_clips(folder: Path) -> Path:
+    folder.mkdir()
+    sf.write(folder / "talk.flac", 0.3 * np.sin(2 * np.pi * 150 * np.arange(24000) / 48000), 48000, subtype="PCM_16")
+    clips = [{"file": "talk.flac", "text": "Ask not what your country can do for you", "repository": "someone/repo",
+              "path": "tests/talk.flac", "commit": "0123456789abcdef0123456789abcdef01234567", "licence": "MIT"}]
+    (folder / "clips.json").write_text(json.dumps(clips))
+    return folder
+
+
+def test_human_group_gathers_every_source_as_its_own_speaker_with_its_source(tmp_path):
+    out = tmp_path / "groups"
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS)
+    package, committed = _fake_pocketsphinx_data(tmp_path / "ps"), _fake_committed_clips(tmp_path / "ours")
+    groups = speech_devsets.build(out, per_group=1, seed=0, engines=False, human=sounds, pocketsphinx=package, human_speech=committed,
+                                  human_only=True)
+    assert sorted(groups) == ["human", "human_alsa"] and sorted(p.name for p in out.iterdir()) == ["devsets.json", "human", "human_alsa"]
+    utterances = read_librispeech(out, ["human"])
+    assert [(u.utt_id, u.text) for u in utterances[7:]] == [
+        ("1-1-0007", "SIDE RIGHT"), ("2-1-0000", "TEN OF CLUBS"), ("2-1-0001", "FOUR QUEEN OF CLUBS"),
+        ("3-1-0000", "HE WAS NOT AN ILL DISPOSED YOUNG MAN"), ("4-1-0000", "GO FORWARD TEN METERS"),
+        ("5-1-0000", "TWO NINE THREE FOUR ZERO"), ("6-1-0000", "ASK NOT WHAT YOUR COUNTRY CAN DO FOR YOU")]
+    assert [u.text for u in utterances[:8]] == [u.text for u in read_librispeech(out, ["human_alsa"])]
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(8000) / 16000)
+    for u in utterances[8:-1]:  # the package's clips, .wav and .raw alike: 0.5 s at 16 kHz, read little-endian
+        wave, rate = sf.read(u.audio_path)
+        assert rate == 16000 and np.allclose(wave, tone, atol=1e-3), u.utt_id
+    wave, rate = sf.read(utterances[-1].audio_path)
+    assert rate == 16000 and len(wave) == 8000  # resampled from 48 kHz
+    sources = json.loads((out / "devsets.json").read_text())["sources"]
+    assert sources["human"][7:] == [
+        {"utterance": "1-1-0007", "source": "alsa-utils: Side_Right.wav", "licence": "GPL-2 (alsa-utils)"},
+        {"utterance": "2-1-0000", "source": "pocketsphinx-testdata: cards/001.wav", "licence": "BSD-2-Clause (pocketsphinx-testdata)"},
+        {"utterance": "2-1-0001", "source": "pocketsphinx-testdata: cards/002.wav", "licence": "BSD-2-Clause (pocketsphinx-testdata)"},
+        {"utterance": "3-1-0000", "source": "pocketsphinx-testdata: librivox/sense_and_sensibility_01_austen_64kb-0880.wav",
+         "licence": "BSD-2-Clause (pocketsphinx-testdata)"},
+        {"utterance": "4-1-0000", "source": "pocketsphinx-testdata: goforward.raw",
+         "licence": "BSD-2-Clause (pocketsphinx-testdata)"},
+        {"utterance": "5-1-0000", "source": "pocketsphinx-testdata: tidigits/dhd.2934z.raw",
+         "licence": "BSD-2-Clause (pocketsphinx-testdata)"},
+        {"utterance": "6-1-0000", "source": "someone/repo:tests/talk.flac@01234567", "licence": "MIT"}]
+    assert [s["utterance"] for s in sources["human_alsa"]] == [u.utt_id for u in read_librispeech(out, ["human_alsa"])]
+
+
+def test_human_group_without_pocketsphinx_testdata_is_left_out_with_a_note(tmp_path, capsys):
+    out = tmp_path / "groups"
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS)
+    groups = speech_devsets.build(out, per_group=1, seed=0, engines=False, human=sounds, pocketsphinx=tmp_path / "not_installed",
+                                  human_only=True)
+    assert list(groups) == ["human_alsa"] and not (out / "human").exists()
+    assert "human" not in json.loads((out / "devsets.json").read_text())["sources"]
+    note = capsys.readouterr().out
+    assert "human skipped" in note and "apt-get install pocketsphinx-testdata" in note
+
+
+def test_committed_human_clips_are_16_khz_flac_with_normalised_words_and_a_licence():
+    clips = json.loads((speech_devsets.HUMAN_SPEECH / "clips.json").read_text())
+    readme = (speech_devsets.HUMAN_SPEECH / "README.md").read_text()
+    for clip in clips:
+        info = sf.info(speech_devsets.HUMAN_SPEECH / clip["file"])
+        assert (info.samplerate, info.channels, info.format) == (16000, 1, "FLAC")
+        assert clip["text"] == normalize_text(clip["text"]).upper() and clip["licence"]
+        assert all(clip[key] in readme for key in ("file", "repository", "path", "text"))
+    assert sum(p.stat().st_size for p in speech_devsets.HUMAN_SPEECH.iterdir()) < 3_000_000
