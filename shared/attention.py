@@ -14,7 +14,9 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+from .kernels import fused_enabled
 from .masks import masked_softmax
 from .recurrence import step_read
 from .scoring import DotScore, GeneralScore, Score, ScaledDotScore
@@ -144,16 +146,26 @@ class MultiHeadAttention(nn.Module):
         score (str, optional): ``scaled_dot``, ``dot`` or ``general``. (Default: ``scaled_dot``)
         key_dim (int or None, optional): size of keys/values if not ``embed_dim``.
         bias (bool, optional): biases on the projections. (Default: ``True``)
+        key_bias (bool or None, optional): a bias on the key projection; ``None``: as ``bias``.
+            A key bias adds the same amount to every score of a query, which the softmax takes
+            out, so Whisper's encoder has none. (Default: ``None``)
+
+    With ``need_weights=False`` and the scaled dot score, the fused kernel
+    (:func:`torch.nn.functional.scaled_dot_product_attention`) computes the same output where
+    :func:`shared.kernels.fused_enabled` says so.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, score: str = "scaled_dot", key_dim: int | None = None, bias: bool = True):
+    def __init__(
+        self, embed_dim: int, num_heads: int, score: str = "scaled_dot", key_dim: int | None = None, bias: bool = True,
+        key_bias: bool | None = None,
+    ):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         key_dim = embed_dim if key_dim is None else key_dim
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(key_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(key_dim, embed_dim, bias=bias if key_bias is None else key_bias)
         self.v_proj = nn.Linear(key_dim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         scores = {"scaled_dot": ScaledDotScore, "dot": DotScore, "general": lambda: GeneralScore(self.head_dim, self.head_dim)}
@@ -167,27 +179,44 @@ class MultiHeadAttention(nn.Module):
         return x.reshape(batch * self.num_heads, length, self.head_dim)  # (B*H, T, hd)
 
     def forward(
-        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None = None, mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:
             query (torch.Tensor): `(B, T, D)`.
             keys (torch.Tensor): `(B, S, D_k)`.
             values (torch.Tensor or None): `(B, S, D_k)`; the keys when ``None``.
             mask (torch.Tensor or None): bool, broadcastable to `(B, T, S)` (padding `(B, 1, S)`,
                 causal `(T, S)`, or both combined).
+            need_weights (bool, optional): return the weights; without them the fused kernel may
+                run. (Default: ``True``)
 
         Returns:
-            (torch.Tensor, torch.Tensor): output `(B, T, D)` and weights `(B, H, T, S)`.
+            (torch.Tensor, torch.Tensor or None): output `(B, T, D)` and weights `(B, H, T, S)`
+            (``None`` without ``need_weights``). A query whose keys are all masked reads nothing.
         """
         values = keys if values is None else values
         batch, steps, _ = query.shape
         q = self._split_heads(self.q_proj(query))  # (B*H, T, hd)
         k = self.score.precompute(self._split_heads(self.k_proj(keys)))  # (B*H, S, hd)
         v = self._split_heads(self.v_proj(values))  # (B*H, S, hd)
-        scores = self.score(q, k).view(batch, self.num_heads, steps, -1)  # (B, H, T, S)
         if mask is not None:
             mask = mask.unsqueeze(-3) if mask.dim() == 3 else mask  # (B, 1, T, S): same for every head
-        weights = masked_softmax(scores, mask)  # (B, H, T, S)
-        heads = torch.bmm(weights.view(batch * self.num_heads, steps, -1), v)  # (B*H, T, hd)
-        heads = heads.view(batch, self.num_heads, steps, self.head_dim).transpose(1, 2)  # (B, T, H, hd)
-        return self.out_proj(heads.reshape(batch, steps, -1)), weights
+        if not need_weights and type(self.score) is ScaledDotScore and fused_enabled(query.device):
+            heads = self._fused(q, k, v, mask, batch, steps)  # (B, H, T, hd)
+            weights = None
+        else:
+            scores = self.score(q, k).view(batch, self.num_heads, steps, -1)  # (B, H, T, S)
+            weights = masked_softmax(scores, mask)  # (B, H, T, S)
+            heads = torch.bmm(weights.view(batch * self.num_heads, steps, -1), v)  # (B*H, T, hd)
+            heads = heads.view(batch, self.num_heads, steps, self.head_dim)  # (B, H, T, hd)
+        out = self.out_proj(heads.transpose(1, 2).reshape(batch, steps, -1))  # (B, T, D)
+        return out, (weights if need_weights else None)
+
+    def _fused(self, q, k, v, mask, batch: int, steps: int) -> torch.Tensor:
+        """softmax(q k^T / sqrt(hd)) v by PyTorch's fused kernel, `(B, H, T, hd)`; rows with no key read 0."""
+        q, k, v = (x.view(batch, self.num_heads, -1, self.head_dim) for x in (q, k, v))  # (B, H, *, hd)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if mask is not None:  # the kernel gives NaN where every key is masked; the plain form gives 0
+            heads = heads.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        return heads

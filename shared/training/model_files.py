@@ -24,6 +24,7 @@ No Lightning here: inference imports this module.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -45,6 +46,7 @@ __all__ = [
     "CONFIG_FILE",
     "WEIGHTS_FILE",
     "FORMAT",
+    "fingerprint",
 ]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -52,6 +54,16 @@ FORMAT = "attend/1"
 _TAG_KEY = "attend"  # a checkpoint's entry holding the tag
 OMITTED_KEY = "omitted_weights"  # {"keys": model state-dict keys left out, "fingerprint": their hash}
 _APP_NAMES = {"show-attend": "a show-attend (captioner) model", "speech-attend": "a speech-attend (recognizer) model"}
+
+
+def fingerprint(tensors: Mapping[str, torch.Tensor]) -> str:
+    """A short hash of named tensors (names, shapes, dtypes and values), independent of device."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 class CheckpointError(ValueError):

@@ -19,7 +19,6 @@ features in the feature cache, so cached features always belong to the weights i
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -28,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.training.model_files import CheckpointError
+from shared.training.model_files import CheckpointError, fingerprint
 
-__all__ = ["EncoderConfig", "Encoder", "EncoderWeightsError", "BACKBONES", "fingerprint", "restore_omitted_weights"]
+__all__ = ["EncoderConfig", "Encoder", "EncoderWeightsError", "BACKBONES", "restore_omitted_weights"]
 
 BACKBONES = ("resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "small")
 
@@ -48,16 +47,6 @@ class EncoderConfig:
     fine_tune_blocks: int = 0  # how many of the last blocks train; 0 keeps the encoder fixed (paper)
     small_channels: int = 128  # width of the small CNN's last layer
     channels_last: bool = True  # channels-last memory format (faster convolutions on GPU)
-
-
-def fingerprint(tensors: Mapping[str, torch.Tensor]) -> str:
-    """A short hash of named tensors (names, shapes, dtypes and values), independent of device."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def _small_cnn(width: int) -> list[nn.Module]:

@@ -48,6 +48,10 @@ class Batch(NamedTuple):
         references (torch.Tensor or None): the training audio without its noise, gain, offset and
             rounding `(B, N)`, the same lengths (:func:`~speech_attend.data.augment.augment_batch`);
             ``None`` unless the consistency loss asks for it.
+        encoded (torch.Tensor or None): the pretrained listener's cached frozen states `(B, L, d)`,
+            zero-padded, served instead of audio (:mod:`speech_attend.data.encoder_cache`); then
+            ``waveforms`` is empty `(B, 0)`. (Default: ``None``)
+        encoded_lengths (torch.Tensor or None): states per utterance `(B,)`.
     """
 
     waveforms: torch.Tensor
@@ -59,11 +63,18 @@ class Batch(NamedTuple):
     outputs: torch.Tensor | None = None
     label_lengths: torch.Tensor | None = None
     references: torch.Tensor | None = None
+    encoded: torch.Tensor | None = None
+    encoded_lengths: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
         """Utterances in the batch (the readable ones)."""
         return len(self.keys)
+
+    @property
+    def cached(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(encoded, encoded_lengths)`` for a batch of cached states, else ``None``."""
+        return None if self.encoded is None else (self.encoded, self.encoded_lengths)
 
 
 class SpeechDataset(Dataset):
@@ -184,7 +195,8 @@ def speller_targets(texts: Sequence[str], vocabulary: Vocabulary) -> tuple[torch
 
 class Collate:
     """Items -> a padded :class:`Batch`, unreadable items left out (listed in ``skipped``); a batch
-    of only unreadable items has no utterances at all.
+    of only unreadable items has no utterances at all. Items of cached encoder states `(L, d)`
+    (:class:`speech_attend.data.encoder_cache.CachedSpeechDataset`) are padded into ``encoded``.
 
     Args:
         vocabulary (Vocabulary or None, optional): with one, the batch also holds the speller's
@@ -200,6 +212,12 @@ class Collate:
         if not items:
             return Batch(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), [], [], skipped)
         waves, texts, keys = zip(*items)
+        if waves[0].dim() == 2:  # cached states, not audio
+            encoded, encoded_lengths = pad_waves(waves)
+            empty = torch.zeros(len(waves), 0)
+            batch = Batch(empty, torch.zeros(len(waves), dtype=torch.long), [], list(keys), skipped,
+                          encoded=encoded, encoded_lengths=encoded_lengths)
+            return self.with_texts(batch, list(texts))
         padded, lengths = pad_waves(waves)
         return self.with_texts(Batch(padded, lengths, [], list(keys), skipped), list(texts))
 
@@ -216,7 +234,7 @@ collate = Collate()  # waveforms and texts, no ids
 
 
 def pad_waves(waves: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Waveforms `(N_i,)` as one zero-padded batch `(B, max N_i)` and their lengths `(B,)`."""
+    """Waveforms `(N_i,)` (or states `(N_i, d)`) as one zero-padded batch `(B, max N_i, ...)` and their lengths `(B,)`."""
     lengths = torch.tensor([len(w) for w in waves], dtype=torch.long)
     return torch.nn.utils.rnn.pad_sequence(list(waves), batch_first=True), lengths
 

@@ -141,7 +141,7 @@ def explain_files(model: LAS, paths: Iterable[str | Path], span: int = 3) -> Ite
     device = next(model.parameters()).device
     for path in paths:
         try:
-            wave = load_audio(path, model.frontend.config.sample_rate)
+            wave = load_audio(path, model.sample_rate)
             if wave.numel() < model.min_samples():
                 raise ValueError(f"{path}: audio of {wave.numel()} samples is shorter than one listener frame")
         except ValueError as err:  # AudioError included

@@ -437,7 +437,7 @@ class Transcriber:
 
     @property
     def sample_rate(self) -> int:
-        return self.model.frontend.config.sample_rate
+        return self.model.sample_rate
 
     @overload
     def transcribe(self, paths: str | os.PathLike) -> Transcript: ...

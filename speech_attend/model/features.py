@@ -479,6 +479,10 @@ class FeatureFrontend(nn.Module):
     def frame_seconds(self) -> float:
         return self.config.hop_ms / 1000
 
+    @property
+    def sample_rate(self) -> int:
+        return self.config.sample_rate
+
     def condition(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The waveform steps before the log-mel: DC removal, then the speech level.
 

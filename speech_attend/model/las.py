@@ -3,6 +3,10 @@
     waveform -> log-mel -> Listener (BLSTM + pyramid, 8x shorter) -> Speller (attention) -> characters
                                       `-> CTC head (optional): a second, monotonic view of the same states
 
+With ``listener: pretrained`` the listener is Whisper's encoder, pretrained on people speaking, with
+a small pyramid-BLSTM adapter on top (:mod:`speech_attend.model.pretrained_listener`), and the front
+end is the log-mel Whisper was trained with (:class:`speech_attend.model.whisper.WhisperLogMel`).
+
 The CTC head trains the listener to put each character at its own frames, which helps the
 attention find its alignment early; at decoding time it rescores the beam's n-best list.
 Characters come at ~15 per second and an 8x listener gives 12.5 frames per second, fewer than
@@ -23,11 +27,14 @@ from torch.nn import functional as F
 from shared import Hypothesis, Vocabulary, beam_search
 from shared.beam_search import length_normalized
 from shared.training.config import as_dataclass
+from shared.training.model_files import fingerprint
 
 from speech_attend.model.features import FeatureConfig, FeatureFrontend
 from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
 from speech_attend.model.listener import Listener
+from speech_attend.model.pretrained_listener import PretrainedListener
 from speech_attend.model.speller import Speller, SpellerConfig
+from speech_attend.model.whisper import WhisperConfig, WhisperLogMel
 
 __all__ = ["LASConfig", "DecodeConfig", "LAS", "AudioTooShortError", "native_cpu_kernels", "build_recognizer"]
 
@@ -52,15 +59,24 @@ class AudioTooShortError(ValueError):
     """An utterance gives no listener frame after the time reduction."""
 
 
+LISTENERS = ("pblstm", "pretrained")
+
+
 @dataclass(frozen=True)
 class LASConfig:
     """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`)."""
 
+    listener: str = "pblstm"  # pblstm (Chan et al., from log-mel) or pretrained (Whisper's encoder, then the pyramid as its adapter)
     listener_hidden: int = 256  # BLSTM units per direction; listener states have twice this
-    listener_layers: int = 1  # plain BLSTM layers before the pyramid
+    listener_layers: int = 1  # plain BLSTM layers before the pyramid (pblstm only)
     pyramid_layers: int = 3  # each halves time: 3 layers = 8x (Chan et al.)
-    input_stack: int = 1  # frames concatenated before the first BLSTM (extra reduction, CPU configs)
+    input_stack: int = 1  # frames concatenated before the first BLSTM (extra reduction, CPU configs; pblstm only)
     layer_norm: bool = False  # layer norm on each listener layer's output (faster convergence)
+    # The pretrained listener's encoder (Whisper tiny's sizes); its weights come from `speech-attend prepare whisper`.
+    encoder_width: int = WhisperConfig.width  # d_model of the encoder
+    encoder_heads: int = WhisperConfig.heads  # its attention heads
+    encoder_layers: int = WhisperConfig.layers  # its residual blocks
+    trainable_blocks: int = 0  # its top blocks that train with the speller (0: frozen, its states can be cached)
     # The speller's fields, with its defaults (SpellerConfig's); ``speller`` gathers them.
     speller_hidden: int = SpellerConfig.hidden  # speller LSTM units
     speller_layers: int = SpellerConfig.layers  # stacked speller LSTM layers
@@ -72,6 +88,15 @@ class LASConfig:
     dropout: float = SpellerConfig.dropout  # between LSTM layers (listener and speller) and before the output MLP
     ctc_upsample: int = 2  # CTC label slots per listener frame; 0 = no CTC head
     summary: str = SpellerConfig.summary  # with attention none: "mean" of the listener states, or "last" of each direction
+
+    def __post_init__(self):
+        if self.listener not in LISTENERS:
+            raise ValueError(f"las.listener must be one of {', '.join(LISTENERS)}, got {self.listener!r}")
+
+    @property
+    def encoder(self) -> WhisperConfig:
+        """The pretrained listener's encoder sizes."""
+        return WhisperConfig(width=self.encoder_width, heads=self.encoder_heads, layers=self.encoder_layers)
 
     @property
     def speller(self) -> SpellerConfig:
@@ -121,11 +146,19 @@ class LAS(nn.Module):
             raise ValueError(f"LAS takes its Vocabulary (the characters, specials included), got {type(vocabulary).__name__}")
         self.config, self.vocabulary, self.decoding = config, vocabulary, decoding
         vocab_size = len(vocabulary)
-        self.frontend = FeatureFrontend(features)
-        self.listener = Listener(
-            features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
-            config.input_stack, config.dropout, config.layer_norm,
-        )
+        if config.listener == "pretrained":
+            if features.sample_rate != WhisperLogMel.sample_rate:
+                raise ValueError(f"the pretrained listener hears {WhisperLogMel.sample_rate} Hz audio; features.sample_rate is {features.sample_rate}")
+            self.frontend = WhisperLogMel(config.encoder.n_mels)
+            self.listener = PretrainedListener(
+                config.encoder, config.listener_hidden, config.pyramid_layers, config.dropout, config.layer_norm, config.trainable_blocks,
+            )
+        else:
+            self.frontend = FeatureFrontend(features)
+            self.listener = Listener(
+                features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
+                config.input_stack, config.dropout, config.layer_norm,
+            )
         self.speller = Speller(vocab_size, self.listener.output_dim, config.speller)
         self.ctc_head = nn.Linear(self.listener.output_dim, vocab_size * config.ctc_upsample) if config.ctc_upsample else None
         self.vocab_size = vocab_size
@@ -147,17 +180,32 @@ class LAS(nn.Module):
         """Seconds of audio per listener frame."""
         return self.frontend.frame_seconds * self.listener.reduction
 
+    @property
+    def sample_rate(self) -> int:
+        """Hz of the audio the model hears."""
+        return self.frontend.sample_rate
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether the listener is a pretrained encoder with an adapter."""
+        return isinstance(self.listener, PretrainedListener)
+
     def min_samples(self) -> int:
         """Shortest waveform that gives one listener frame."""
-        logmel = self.frontend.logmel
+        logmel = self.frontend if self.pretrained else self.frontend.logmel
         return logmel.win + logmel.hop * (self.listener.reduction - 1)
 
-    def encode(self, waveforms: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True, cached: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             waveforms (torch.Tensor): `(B, N)` padded audio.
             lengths (torch.Tensor): samples per waveform `(B,)`.
             drop_output (bool, optional): the listener's dropout on its states (training only).
                 (Default: ``True``)
+            cached (tuple or None, optional): the pretrained listener's frozen states of this
+                audio `(B, L, d)` and their lengths `(B,)`, from a cache; the audio is then not
+                read. (Default: ``None``)
 
         Returns:
             (torch.Tensor, torch.Tensor): listener states `(B, L, 2H)` and lengths `(B,)`.
@@ -165,17 +213,35 @@ class LAS(nn.Module):
         Raises:
             AudioTooShortError: an utterance is shorter than one listener frame.
         """
+        if cached is not None:
+            if not self.pretrained:
+                raise ValueError("cached encoder states need the pretrained listener (las.listener: pretrained)")
+            return self.listener.adapt(*cached, drop_output)
         short = lengths < self.min_samples()
         if short.any():
             raise AudioTooShortError(
                 f"audio of {int(lengths[short].min())} samples is shorter than one listener frame; "
-                f"expected at least {self.min_samples()} samples ({self.min_samples() / self.frontend.config.sample_rate:.3f} s)"
+                f"expected at least {self.min_samples()} samples ({self.min_samples() / self.sample_rate:.3f} s)"
             )
         features, frames = self.frontend(waveforms, lengths)  # (B, T, n_mels)
         if torch.is_grad_enabled():  # training: oneDNN's LSTM, much faster forwards and backwards
             return self.listener(features, frames, drop_output)  # (B, L, 2H), (B,)
         with native_cpu_kernels():  # decoding runs packed sequences, which oneDNN does not take
             return self.listener(features, frames, drop_output)
+
+    @torch.no_grad()
+    def frozen_states(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pretrained listener's frozen part on this audio, what a cache of its states holds:
+        `(B, L, d)` and lengths `(B,)` (:meth:`encode` takes them back as ``cached``)."""
+        if not self.pretrained:
+            raise ValueError("only the pretrained listener has frozen states to cache (las.listener: pretrained)")
+        return self.listener.frozen_states(*self.frontend(waveforms, lengths))
+
+    def frozen_key(self) -> dict:
+        """What :meth:`frozen_states` depends on: the frozen weights, where the frozen part ends, the front end."""
+        encoder = self.listener.encoder
+        frozen = {name: p for name, p in encoder.state_dict().items() if not self.listener.trains(name)}
+        return {"encoder": fingerprint(frozen), "cache_point": self.listener.cache_point, "frontend": "whisper-log-mel/1"}
 
     def ctc_log_probs(self, states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """CTC log-probabilities `(B, L * u, V)` and their lengths `(B,)` (``u = ctc_upsample``)."""
@@ -186,7 +252,8 @@ class LAS(nn.Module):
         return logits.float().log_softmax(-1), lengths * self.config.ctc_upsample
 
     def forward(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_probability: float = 0.0
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_probability: float = 0.0,
+        cached: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
         """Teacher-forced pass for training.
 
@@ -196,13 +263,14 @@ class LAS(nn.Module):
             inputs (torch.Tensor): speller inputs ``<sos> y_1 .. y_{U-1}`` `(B, U)`.
             sampling_probability (float, optional): scheduled sampling: the chance that a step reads
                 the model's own previous prediction instead of the true character. (Default: ``0.0``)
+            cached (tuple or None, optional): cached encoder states, as :meth:`encode` takes them.
 
         Returns:
             dict: ``logits`` `(B, U, V)`, ``alignments`` `(B, U, L)`, the listener's ``states``
             before its dropout `(B, L, D)`, ``encoder_lengths`` `(B,)`, and, with a CTC head,
             ``ctc_log_probs`` `(B, L*u, V)` and ``ctc_lengths`` `(B,)`.
         """
-        undropped, encoder_lengths = self.encode(waveforms, lengths, drop_output=False)
+        undropped, encoder_lengths = self.encode(waveforms, lengths, drop_output=False, cached=cached)
         states = self.listener.dropout(undropped)
         logits, alignments = self.speller(states, encoder_lengths, inputs, sampling_probability)
         out = {"logits": logits, "alignments": alignments, "states": undropped, "encoder_lengths": encoder_lengths}
@@ -231,7 +299,7 @@ class LAS(nn.Module):
     @torch.no_grad()
     def decode(
         self, waveforms: torch.Tensor, lengths: torch.Tensor, config: DecodeConfig | None = None, beam_size: int | None = None,
-        ctc_posteriors: list | None = None, lm: CharLM | None = None,
+        ctc_posteriors: list | None = None, lm: CharLM | None = None, cached: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[list[Hypothesis], torch.Tensor]:
         """Transcribe a batch: :meth:`encode`, then :meth:`search`.
 
@@ -239,11 +307,12 @@ class LAS(nn.Module):
             waveforms (torch.Tensor): `(B, N)`.
             lengths (torch.Tensor): `(B,)`.
             config, beam_size, ctc_posteriors, lm: as :meth:`search` takes them.
+            cached (tuple or None, optional): cached encoder states, as :meth:`encode` takes them.
 
         Returns:
             (list[Hypothesis], torch.Tensor): the best hypothesis per utterance and the listener lengths `(B,)`.
         """
-        states, encoder_lengths = self.encode(waveforms, lengths)
+        states, encoder_lengths = self.encode(waveforms, lengths, cached=cached)
         return self.search(states, encoder_lengths, config, beam_size, ctc_posteriors, lm), encoder_lengths
 
     @torch.no_grad()

@@ -92,7 +92,8 @@ class Listener(nn.Module):
     Args:
         input_dim (int): feature size ``D`` (80 for log-mel).
         hidden (int): LSTM units per direction ``H``; outputs have ``2H`` features.
-        layers (int, optional): plain BLSTM layers before the pyramid. (Default: ``1``)
+        layers (int, optional): plain BLSTM layers before the pyramid; 0 with a pyramid makes an
+            adapter over another encoder's states. (Default: ``1``)
         pyramid_layers (int, optional): pyramidal layers, each halving time. (Default: ``3``)
         input_stack (int, optional): frames concatenated before the first BLSTM (1 = none),
             a cheap extra reduction for CPU training. (Default: ``1``)
@@ -106,16 +107,18 @@ class Listener(nn.Module):
         dropout: float = 0.0, layer_norm: bool = False,
     ):
         super().__init__()
-        if layers < 1 or pyramid_layers < 0 or input_stack < 1:
+        if layers < 0 or pyramid_layers < 0 or layers + pyramid_layers < 1 or input_stack < 1:
             raise ValueError(
-                f"need layers >= 1, pyramid_layers >= 0 and input_stack >= 1, got {layers}, {pyramid_layers}, {input_stack}"
+                f"need layers >= 0, pyramid_layers >= 0, one layer at least and input_stack >= 1, got {layers}, "
+                f"{pyramid_layers}, {input_stack}"
             )
         self.input_stack = input_stack
         self.output_dim = 2 * hidden
         self.layers = nn.ModuleList(
             [_BLSTM(input_dim * input_stack if i == 0 else 2 * hidden, hidden) for i in range(layers)]
         )
-        self.pyramid = nn.ModuleList([_BLSTM(4 * hidden, hidden) for _ in range(pyramid_layers)])
+        pyramid_input = 2 * (input_dim * input_stack if layers == 0 else 2 * hidden)  # two frames concatenated
+        self.pyramid = nn.ModuleList([_BLSTM(pyramid_input if i == 0 else 4 * hidden, hidden) for i in range(pyramid_layers)])
         count = layers + pyramid_layers
         self.norms = nn.ModuleList([nn.LayerNorm(2 * hidden) if layer_norm else nn.Identity() for _ in range(count)])
         self.dropout = nn.Dropout(dropout)

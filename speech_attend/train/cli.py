@@ -18,13 +18,20 @@ __all__ = ["DataToModel", "RecognizerCLI", "fit_validate_test"]
 class DataToModel(pl.Callback):
     """What the recognizer and its data module take from each other when a run starts: the
     feature statistics (a new run only) and the longest utterance of the training audio go to the
-    model (``fit``), and the model's shortest decodable clip (one listener frame) to the data module."""
+    model (``fit``), and the model's shortest decodable clip (one listener frame) and, for a cache
+    of its states, its frozen pretrained listener to the data module."""
 
     def setup(self, trainer: pl.Trainer, pl_module: RecognizerModule, stage: str) -> None:
         datamodule = trainer.datamodule
         if not isinstance(datamodule, SpeechDataModule):
             return
         datamodule.set_min_samples(pl_module.model.min_samples())  # a shorter clip is skipped and logged, not fatal
+        if datamodule.feature_cache:
+            model = pl_module.model
+            if not model.pretrained or model.listener.trainable_blocks:
+                raise ValueError("data.feature_cache needs a frozen pretrained listener (model.las.listener: pretrained, "
+                                 "trainable_blocks: 0)")
+            datamodule.use_encoder(model.frozen_states, model.frozen_key())
         if stage == "fit":
             pl_module.set_longest_utterance(max(datamodule.training_durations()))
 

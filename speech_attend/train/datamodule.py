@@ -7,6 +7,11 @@ policy (``oov_policy``) to the validation and test transcripts, and serves lengt
 batches of padded waveforms with their transcripts as the speller's ids. ``cache_audio`` keeps
 every waveform in memory (the built-in corpus fits easily), so each file is decoded once per run
 instead of once per epoch.
+
+With ``feature_cache`` set (a pretrained listener kept frozen), the loaders serve the frozen
+encoder's states instead of audio, computed once per split when the loaders are first asked for,
+after a checkpoint's weights are in place (:mod:`speech_attend.data.encoder_cache`); the training
+conditions are drawn into ``cache_views - 1`` further copies of each utterance there.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch.utils.data import DataLoader
 from shared import Vocabulary
 
 from speech_attend.data.augment import AugmentConfig, AugmentedCollate
+from speech_attend.data.encoder_cache import CachedSpeechDataset, CachedStates, Encode, EncoderCache
 from speech_attend.data.readers import read_corpus
 from speech_attend.data.dataset import Collate, SpeechDataset, build_vocabulary, collate
 from speech_attend.data.sampler import BucketBatchSampler
@@ -75,6 +81,11 @@ class SpeechDataModule(pl.LightningDataModule):
         references (bool, optional): training batches carry each utterance's reference, its audio
             without the noise, gain, offset and rounding (``Batch.references``); linked from
             ``model.consistency_weight`` by the command line. (Default: ``False``)
+        feature_cache (str or None, optional): folder for the pretrained listener's cached frozen
+            states (``model.las.listener: pretrained``); the command line hands the model's encoder
+            over. (Default: ``None``)
+        cache_views (int, optional): copies of each training utterance in the cache: the audio as it
+            is, then ``cache_views - 1`` under the training conditions of ``augment``. (Default: ``1``)
     """
 
     def __init__(
@@ -101,12 +112,20 @@ class SpeechDataModule(pl.LightningDataModule):
         augment: AugmentConfig | None = None,
         vocabulary: list[str] | None = None,
         references: bool = False,
+        feature_cache: str | None = None,
+        cache_views: int = 1,
     ):
         super().__init__()
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
         if augment is not None:
             augment.check(sample_rate)
+        if cache_views < 1:
+            raise ValueError(f"data.cache_views must be at least 1, got {cache_views}")
+        if feature_cache and augment is not None and cache_views < 2:
+            raise ValueError("data.feature_cache with data.augment draws the conditions into the cache: set data.cache_views >= 2")
+        if feature_cache and references:
+            raise ValueError("data.feature_cache serves encoder states, not the audio the consistency loss compares")
         self.save_hyperparameters(ignore=["vocabulary", "augment"])
         self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
         self.augment = augment
@@ -115,6 +134,10 @@ class SpeechDataModule(pl.LightningDataModule):
         self.datasets: dict[str, SpeechDataset] = {}
         self._vocabulary = Vocabulary(vocabulary) if vocabulary else None
         self._min_samples = 1
+        self.feature_cache = feature_cache
+        self._encode: Encode | None = None
+        self._encoder_key: dict | None = None
+        self._cached: dict[str, CachedStates] = {}
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -127,6 +150,33 @@ class SpeechDataModule(pl.LightningDataModule):
     def vocabulary_tokens(self) -> list[str]:
         """The vocabulary as a plain list (what the model saves in its checkpoint)."""
         return self.vocabulary.to_dict()["tokens"]
+
+    def use_encoder(self, encode: Encode, key: dict) -> None:
+        """The frozen encoder whose states the cache holds (``waveforms (B, N), lengths (B,) ->
+        states (B, L, d), lengths (B,)``) and what its states depend on; needed only with ``feature_cache``."""
+        self._encode, self._encoder_key, self._cached = encode, key, {}
+
+    def _cached_split(self, name: str) -> CachedStates:
+        """The split's cached states: built by rank zero if missing, then read by every rank."""
+        if name in self._cached:
+            return self._cached[name]
+        if self._encode is None:
+            raise ValueError("data.feature_cache needs the model's pretrained listener; it is handed over by the speech-attend "
+                             "command line (model.las.listener: pretrained, trainable_blocks 0)")
+        dataset = self.datasets[name]
+        views, augment = (self.hparams.cache_views, self.augment) if name == "train" else (1, None)
+        cache = EncoderCache(self.feature_cache, self._encoder_key)
+        trainer = self.trainer
+        if trainer is None or trainer.is_global_zero:
+            if cache.load(name, dataset, views, augment, self.hparams.seed) is None:
+                cache.write(name, dataset, self._encode, views, augment, self.hparams.seed, progress=True)
+        if trainer is not None:
+            trainer.strategy.barrier("feature_cache")  # the others wait for rank zero's files
+        cached = cache.load(name, dataset, views, augment, self.hparams.seed)
+        if cached is None:
+            raise ValueError(f"{self.feature_cache}: the {name} states could not be read back after they were written")
+        self._cached[name] = cached
+        return cached
 
     def set_min_samples(self, samples: int) -> None:
         """Clips shorter than ``samples`` (one listener frame of the model) are skipped and logged."""
@@ -207,6 +257,8 @@ class SpeechDataModule(pl.LightningDataModule):
         if name not in self.datasets:
             raise ValueError(f"the {name} split is not set up (call setup first)")
         dataset = self.datasets[name]
+        if self.feature_cache:
+            dataset = CachedSpeechDataset(dataset, self._cached_split(name), random_view=name == "train")
         trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sampler = BucketBatchSampler(
@@ -215,7 +267,7 @@ class SpeechDataModule(pl.LightningDataModule):
         )
         workers = self.hparams.num_workers
         collate_fn = Collate(self.vocabulary)  # transcripts become the speller's ids here, not in the module
-        if name == "train" and self.augment is not None:  # never the validation or test audio
+        if name == "train" and self.augment is not None and not self.feature_cache:  # never the validation or test audio
             step = trainer.global_step if trainer is not None else 0
             collate_fn = self._augmented = AugmentedCollate(collate_fn, self.augment, self.hparams.sample_rate, step,
                                                             references=self.hparams.references)

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, replace
 
 import torch
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch.nn import functional as F
 
 from shared import Vocabulary, lengths_to_mask
@@ -44,6 +44,7 @@ from speech_attend.data.dataset import Batch
 from speech_attend.model.features import FeatureConfig
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
 from speech_attend.model.speller import from_lstm_cells
+from speech_attend.model.whisper_weights import load_whisper_encoder
 
 __all__ = ["RecognizerModule"]
 
@@ -78,6 +79,9 @@ class RecognizerModule(AttendModule):
         statistics_utterances (int): training utterances for the feature statistics. (Default: ``2000``)
         consistency_weight (float): weight ``w`` of the consistency loss above; 0 turns it off (and
             the training batches carry no references). (Default: ``0.0``)
+        pretrained_encoder (str or None): with ``las.listener: pretrained``, the folder of its converted
+            weights (``speech-attend prepare whisper``), loaded when the model is built; a resumed run
+            or ``--init_from`` then puts the trained weights over them. (Default: ``None``)
     """
 
     app = "speech-attend"
@@ -100,6 +104,7 @@ class RecognizerModule(AttendModule):
         guided_attention_steps: int | None = None,
         statistics_utterances: int = 2000,
         consistency_weight: float = 0.0,
+        pretrained_encoder: str | None = None,
     ):
         super().__init__()
         if not vocabulary:
@@ -120,6 +125,13 @@ class RecognizerModule(AttendModule):
                             optimizer=asdict(optimizer))
         self.optimizer_config = optimizer
         self.model = build_recognizer(dict(self.hparams))  # with its vocabulary and decoding settings
+        if pretrained_encoder is not None:
+            if not self.model.pretrained:
+                raise ValueError(f"model.pretrained_encoder {pretrained_encoder} needs model.las.listener: pretrained")
+            self.model.listener.encoder.load_state_dict(load_whisper_encoder(pretrained_encoder, las.encoder))
+        elif self.model.pretrained:
+            rank_zero_warn("model.las.listener is pretrained but model.pretrained_encoder is not set: the encoder's weights "
+                           "must come from a checkpoint (--ckpt_path, --init_from)")
         self._total_steps: int | None = None  # set when fit configures the optimiser
         self._last_step_time: float | None = None
 
@@ -224,7 +236,7 @@ class RecognizerModule(AttendModule):
         inputs, outputs, label_lengths = batch.inputs, batch.outputs, batch.label_lengths  # ids from the data's collate
         if inputs is None:
             raise ValueError("the batch has no speller ids; expected one from speech_attend.data.dataset.Collate(vocabulary)")
-        out = self.model(batch.waveforms, batch.lengths, inputs, self.sampling_probability())
+        out = self.model(batch.waveforms, batch.lengths, inputs, self.sampling_probability(), cached=batch.cached)
         logits = out["logits"].float().transpose(1, 2)  # (B, V, U)
         smoothing, pad = self.hparams.label_smoothing, self.vocabulary.pad_id
         attention_loss = F.cross_entropy(logits, outputs, ignore_index=pad, label_smoothing=smoothing)
@@ -255,6 +267,8 @@ class RecognizerModule(AttendModule):
             losses["loss"] = losses["loss"] + guided * losses["guided_attention_loss"]
         consistency = self.hparams.consistency_weight
         if self.training and consistency > 0:
+            if batch.cached is not None:
+                raise ValueError("model.consistency_weight needs the training audio; cached encoder states (data.feature_cache) have none")
             if batch.references is None:
                 raise ValueError(f"model.consistency_weight {consistency:g} needs training batches with references: set "
                                  "data.references true and data.augment (the command line links them)")
@@ -284,11 +298,10 @@ class RecognizerModule(AttendModule):
 
     # ------------------------------------------------------------------ evaluation
 
-    def transcribe_batch(self, waveforms: torch.Tensor, lengths: torch.Tensor, beam_size: int | None = None):
-        """Texts and hypotheses (with attention) for a batch of waveforms."""
-        hyps, encoder_lengths = self.model.decode(
-            waveforms, lengths, self.decoding, beam_size
-        )
+    def transcribe_batch(self, waveforms: torch.Tensor, lengths: torch.Tensor, beam_size: int | None = None,
+                         cached: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """Texts and hypotheses (with attention) for a batch of waveforms (or of cached encoder states)."""
+        hyps, encoder_lengths = self.model.decode(waveforms, lengths, self.decoding, beam_size, cached=cached)
         return ["".join(self.vocabulary.decode(h.tokens)) for h in hyps], hyps, encoder_lengths
 
     def _evaluation_step(self, batch: Batch, stage: str) -> None:
@@ -296,7 +309,7 @@ class RecognizerModule(AttendModule):
             return
         losses = self._loss(batch, per_item=True)
         beam = self.decoding.val_beam_size if stage == "val" else self.decoding.beam_size
-        texts, _, _ = self.transcribe_batch(batch.waveforms, batch.lengths, beam)
+        texts, _, _ = self.transcribe_batch(batch.waveforms, batch.lengths, beam, cached=batch.cached)
         records = [
             {"key": key, "loss": loss, "reference": reference, "text": text}
             for key, loss, reference, text in zip(batch.keys, losses["item_loss"].tolist(), batch.texts, texts)
