@@ -5,7 +5,7 @@
     speech-attend prepare whisper --out DIR [--from CTRANSLATE2_DIR]   (the pretrained listener's weights)
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
-    speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8]
+    speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8] [--half]
     speech-attend fit-lm --text-from wordnet|wordnet+definitions|FILE.txt --vocabulary-from CKPT_OR_FOLDER --out DIR [--minutes 10] [--hidden 512]
     speech-attend explain --ckpt CKPT AUDIO... --out DIR [--span 3]
 
@@ -213,11 +213,12 @@ def _export(argv: list[str]) -> int:
     parser.add_argument("--beam-size", type=int, default=None, help="beams, saved as transcribe's default (default: the checkpoint's)")
     parser.add_argument("--ctc-weight", type=float, default=None,
                         help="the CTC head's weight when rescoring the n-best, in [0, 1], saved as transcribe's default (default: the checkpoint's)")
+    parser.add_argument("--half", action="store_true", help="store the weights in float16 (half the size)")
     args = parser.parse_args(argv)
     from speech_attend.infer.transcribe import export_model
 
     out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus,
-                       beam_size=args.beam_size, ctc_weight=args.ctc_weight)
+                       beam_size=args.beam_size, ctc_weight=args.ctc_weight, half=args.half)
     print(f"exported {args.ckpt} to {out}" + (f" with the language model {args.lm}" if args.lm else ""))
     return 0
 

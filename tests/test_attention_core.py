@@ -181,6 +181,27 @@ def test_multi_head_matches_torch_multihead_attention():
     torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
 
 
+def test_the_fused_multi_head_path_gives_the_plain_forms_values_and_gradients():
+    from shared.kernels import use_fused
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(embed_dim=16, num_heads=4, key_bias=False)
+    assert mha.k_proj.bias is None and mha.q_proj.bias is not None
+    x = torch.randn(3, 6, 16, requires_grad=True)
+    mask = lengths_to_mask(torch.tensor([6, 2, 0]), 6)[:, None, :]  # the last sequence has no key at all
+    outputs, grads = [], []
+    for fused in (False, True):
+        with use_fused(fused):
+            out, weights = mha(x, x, mask=mask, need_weights=False)
+        assert weights is None
+        (grad,) = torch.autograd.grad(out.square().sum(), x)
+        outputs.append(out)
+        grads.append(grad)
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(outputs[1]).all() and torch.isfinite(grads[1]).all()  # a row with no key reads nothing, not NaN
+
+
 def test_build_score_rejects_unknown_kinds_and_mismatched_dot_sizes():
     with pytest.raises(ValueError, match="unknown attention score"):
         build_score("cosine", 4, 4, 4)

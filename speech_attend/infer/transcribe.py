@@ -92,10 +92,20 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
     except (TypeError, ValueError, KeyError) as err:
         raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
     try:
-        model.load_state_dict(files.state_dict)
-    except RuntimeError as err:
-        raise CheckpointError(f"{path}: weights do not fit the saved config ({str(err).splitlines()[0]})") from None
+        missing, unexpected = model.load_state_dict(files.state_dict, strict=False)
+    except RuntimeError as err:  # a weight of another shape
+        raise CheckpointError(f"{path}: weights do not fit the saved config ({_first_problem(err)})") from None
+    if missing or unexpected:
+        named = [f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+                 for kind, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
+        raise CheckpointError(f"{path}: weights do not fit the saved config: {'; '.join(named)}")
     return model.to(device).eval()
+
+
+def _first_problem(err: RuntimeError) -> str:
+    """The first line of a ``load_state_dict`` error that says what is wrong, not its heading."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return next((line for line in lines[1:] if line), lines[0] if lines else "unreadable weights")
 
 
 def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bool]:
@@ -107,7 +117,7 @@ def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bo
 def export_model(
     ckpt: str | os.PathLike, out_dir: str | os.PathLike, lm: str | os.PathLike | None = None,
     lm_weight: float | None = None, length_bonus: float | None = None, beam_size: int | None = None,
-    ctc_weight: float | None = None,
+    ctc_weight: float | None = None, half: bool = False,
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
     statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
@@ -123,6 +133,8 @@ def export_model(
             the checkpoint's.
         ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, saved
             as ``transcribe``'s default; by default the checkpoint's.
+        half (bool, optional): store the weights in float16 (half the size; loading widens them
+            back to float32). (Default: ``False``)
 
     Raises:
         CheckpointError: unreadable files, or a language model over other characters.
@@ -139,7 +151,8 @@ def export_model(
     decoding, changed = _with_settings(decoding, beam_size=beam_size, ctc_weight=ctc_weight)
     if language_model is not None or changed:
         hparams = {**hparams, "decoding": asdict(decoding)}
-    out = export_folder(out_dir, APP, model.state_dict(), hparams)
+    state = {name: t.half() if half and t.is_floating_point() else t for name, t in model.state_dict().items()}
+    out = export_folder(out_dir, APP, state, hparams)
     if language_model is not None:
         record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
         save_lm(out, language_model, vocabulary, record)

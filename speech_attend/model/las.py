@@ -29,7 +29,7 @@ from shared.beam_search import length_normalized
 from shared.training.config import as_dataclass
 from shared.training.model_files import fingerprint
 
-from speech_attend.model.features import FeatureConfig, FeatureFrontend
+from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
 from speech_attend.model.listener import Listener
 from speech_attend.model.pretrained_listener import PretrainedListener
@@ -152,6 +152,7 @@ class LAS(nn.Module):
             self.frontend = WhisperLogMel(config.encoder.n_mels)
             self.listener = PretrainedListener(
                 config.encoder, config.listener_hidden, config.pyramid_layers, config.dropout, config.layer_norm, config.trainable_blocks,
+                masking=SpecAugment(features),
             )
         else:
             self.frontend = FeatureFrontend(features)

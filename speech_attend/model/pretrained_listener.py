@@ -35,17 +35,24 @@ class PretrainedListener(nn.Module):
         layer_norm (bool, optional): on the adapter's layers. (Default: ``False``)
         trainable_blocks (int, optional): the encoder's top blocks that train (and its final norm
             with them); 0 keeps it frozen. (Default: ``0``)
+        masking (nn.Module or None, optional): SpecAugment-style masks on the encoder's states in
+            training (:class:`speech_attend.model.features.SpecAugment`, counted in states of 20 ms),
+            before the adapter. (Default: ``None``)
+
+    In training the adapter reads the encoder's states through ``masking`` and dropout, so the
+    speller learns from each state's context rather than from the voices of the training corpus.
     """
 
     def __init__(
         self, encoder: WhisperConfig, hidden: int, pyramid_layers: int = 1, dropout: float = 0.0, layer_norm: bool = False,
-        trainable_blocks: int = 0,
+        trainable_blocks: int = 0, masking: nn.Module | None = None,
     ):
         super().__init__()
         if not 0 <= trainable_blocks <= encoder.layers:
             raise ValueError(f"trainable_blocks must be in [0, {encoder.layers}] (the encoder's blocks), got {trainable_blocks}")
         self.encoder = WhisperEncoder(encoder)
         self.adapter = Listener(encoder.width, hidden, layers=0, pyramid_layers=pyramid_layers, dropout=dropout, layer_norm=layer_norm)
+        self.masking = nn.Identity() if masking is None else masking
         self.trainable_blocks = trainable_blocks
         self.cache_point = encoder.layers - trainable_blocks  # blocks run before the cached states
         for name, parameter in self.encoder.named_parameters():
@@ -87,6 +94,8 @@ class PretrainedListener(nn.Module):
         x = cached.float()
         if self.trainable_blocks:
             x = self.encoder.run_blocks(x, lengths, start=self.cache_point)  # (B, L, d), the final norm included
+        if self.training:
+            x = self.adapter.dropout(self.masking(x, lengths))
         return self.adapter(x, lengths, drop_output)
 
     def forward(self, features: torch.Tensor, frames: torch.Tensor, drop_output: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
