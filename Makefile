@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test tour clean
+.PHONY: demo test tour clean system-packages
 
 # The apps alone: what the demo needs (the test extras add pytest, the WordNet text and piper).
 $(APP_STAMP): pyproject.toml
@@ -22,8 +22,16 @@ $(DEV_STAMP): $(APP_STAMP)
 demo: $(APP_STAMP)
 	$(PY) scripts/demo.py $(if $(FRESH),--fresh)
 
+# The caption gallery's test opens its page in Debian's headless chromium: installed when missing.
+system-packages:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		echo "installing chromium and chromium-driver (Debian) for the caption gallery's test" >&2; \
+		sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
+
 # The suite on every core (pytest-xdist): a test file runs in one worker, so its module fixtures are made once.
-test: $(DEV_STAMP)
+test: $(DEV_STAMP) system-packages
 	$(PY) -m pytest -q -n auto --dist loadfile
 
 tour: $(APP_STAMP)
