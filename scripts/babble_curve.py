@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import eval_speech  # noqa: E402
 import speech_devsets  # noqa: E402
-
 import torch  # noqa: E402
 
 from speech_attend.data.augment import add_noise, coloured_noise  # noqa: E402

@@ -52,7 +52,7 @@ def _captioner(quick: bool):
     except ImportError:  # a tree from before the apps had folders
         import show_attend.module as module
 
-    cls = getattr(module, "CaptionerModule", None) or getattr(module, "Captioner")  # this tree's name, or an older one's
+    cls = getattr(module, "CaptionerModule", None) or module.Captioner  # this tree's name, or an older one's
     words = 1200 if quick else 9490
     size = 256 if quick else 512
     torch.manual_seed(0)

@@ -41,9 +41,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shared import Vocabulary, beam_search  # noqa: E402
+from speech_attend.data.sampler import BucketBatchSampler  # noqa: E402
 from speech_attend.model.features import FeatureConfig  # noqa: E402
 from speech_attend.model.las import LAS, LASConfig, native_cpu_kernels  # noqa: E402
-from speech_attend.data.sampler import BucketBatchSampler  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync  # noqa: E402

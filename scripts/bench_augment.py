@@ -23,8 +23,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shared import Vocabulary  # noqa: E402
 from speech_attend.data.augment import AugmentConfig, augment_batch  # noqa: E402
-from speech_attend.data.readers import read_corpus  # noqa: E402
 from speech_attend.data.dataset import SpeechDataset, collate  # noqa: E402
+from speech_attend.data.readers import read_corpus  # noqa: E402
 from speech_attend.model.features import FeatureConfig  # noqa: E402
 from speech_attend.model.las import LAS, LASConfig  # noqa: E402
 

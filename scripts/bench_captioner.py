@@ -33,10 +33,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shared import beam_search, lengths_to_mask  # noqa: E402
 from show_attend.model.decoder import Decoder, DecoderConfig  # noqa: E402
 from show_attend.model.encoder import Encoder, EncoderConfig  # noqa: E402
 from show_attend.train.module import doubly_stochastic_penalty  # noqa: E402
-from shared import beam_search, lengths_to_mask  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync, timed  # noqa: E402

@@ -39,8 +39,8 @@ from shared.evaluation.captions import exact_match  # noqa: E402
 from shared.evaluation.plots import save_lines  # noqa: E402
 from shared.evaluation.speech import char_error_rate  # noqa: E402
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
-from show_attend.train.pointing import ATTRIBUTE_WORDS  # noqa: E402
 from show_attend.builtin.shapes import COLOURS, SHAPES, generate_scene  # noqa: E402
+from show_attend.train.pointing import ATTRIBUTE_WORDS  # noqa: E402
 
 MODELS = {"attention": [], "fixed vector": ["none"]}  # label -> the attention override (none for the fixed vector)
 
@@ -112,8 +112,8 @@ def object_f1(named: list[dict[str, str]], objects: list[dict[str, str]]) -> flo
 
 
 def captioner(out: Path, budget: Budget, data_root: Path) -> dict:
-    from show_attend.infer.caption import load_captioner
     from show_attend.data.images import image_transform
+    from show_attend.infer.caption import load_captioner
 
     data = data_root / "shapes"
     if not (data / "dataset_shapes.json").is_file():
@@ -176,8 +176,8 @@ def _joined(utterances: list, waves: dict, target_seconds: float, files: int, se
 
 def recognizer(out: Path, budget: Budget, data_root: Path) -> dict:
     from speech_attend.data.audio import audio_duration, load_audio
-    from speech_attend.data.readers import read_librispeech
     from speech_attend.data.dataset import pad_waves
+    from speech_attend.data.readers import read_librispeech
     from speech_attend.data.text import normalize_text
     from speech_attend.infer.transcribe import load_recognizer
 

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_speech import groups_of  # noqa: E402
+
 from shared.evaluation.speech import utterance_word_edits  # noqa: E402
 from speech_attend.data.readers import read_librispeech  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402

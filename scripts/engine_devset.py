@@ -30,8 +30,8 @@ import numpy as np
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_attend.data.audio import load_audio  # noqa: E402
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences  # noqa: E402
+from speech_attend.data.audio import load_audio  # noqa: E402
 
 SAMPLE_RATE = 16000
 MARKER = "devsets.json"  # prepare_synth refuses folders holding it

@@ -83,11 +83,11 @@ def longer(model, out: Path, rng) -> dict:
 def wrong_mask(path: Path, data: Path, out: Path) -> dict:
     """A short utterance padded to a long one's length, decoded with and without its mask."""
     from speech_attend.data.audio import load_audio
-    from speech_attend.data.readers import read_librispeech
     from speech_attend.data.dataset import pad_waves
-    from speech_attend.model.las import native_cpu_kernels
+    from speech_attend.data.readers import read_librispeech
     from speech_attend.data.text import normalize_text
     from speech_attend.infer.transcribe import load_recognizer
+    from speech_attend.model.las import native_cpu_kernels
 
     model = load_recognizer(path)
     vocabulary, decoding = model.vocabulary, model.decoding

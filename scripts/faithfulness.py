@@ -35,7 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
-from show_attend.data.images import image_transform, load_image
+from show_attend.data.images import image_transform, load_image  # noqa: E402
 from show_attend.data.readers import read_karpathy  # noqa: E402
 from show_attend.infer.explain import explain_image  # noqa: E402
 from show_attend.train.pointing import pointing_hits  # noqa: E402

@@ -194,6 +194,7 @@ def score_devsets(ckpt: str, devsets: Path, device: str, json_path: Path) -> dic
     """WER and CER of an exported model on every group of ``devsets`` (``scripts/eval_speech.py``'s
     loop), with ``json_path`` rewritten after each group (a cut-short call keeps the groups done)."""
     from eval_speech import evaluate, groups_of
+
     from speech_attend.infer.transcribe import Transcriber
 
     start = time.perf_counter()

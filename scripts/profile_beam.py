@@ -30,6 +30,7 @@ TARGETS = {"captioner": 8.0, "recognizer": 5.0}  # the speedups of batched beam 
 
 def _captioner():
     import bench_captioner as bench
+
     from show_attend.model.decoder import Decoder
 
     cfg = bench.BenchConfig()

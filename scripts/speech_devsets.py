@@ -52,10 +52,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import engine_devset  # noqa: E402
+
+from speech_attend.builtin.corpus import prepare_synth  # noqa: E402
+from speech_attend.builtin.piper_voice import missing_packages  # noqa: E402
 from speech_attend.data.audio import load_audio  # noqa: E402
 from speech_attend.data.augment import add_noise, babble, reverberate, room_impulse_response  # noqa: E402
-from speech_attend.builtin.piper_voice import missing_packages  # noqa: E402
-from speech_attend.builtin.corpus import prepare_synth  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402
 
 SAMPLE_RATE = 16000

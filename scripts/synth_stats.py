@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from speech_attend.builtin import corpus  # noqa: E402
-from speech_attend.data.readers import read_librispeech  # noqa: E402
 from speech_attend.builtin.piper_voice import PiperEngine, missing_packages  # noqa: E402
 from speech_attend.builtin.speakers import espeak_speakers, piper_speakers  # noqa: E402
 from speech_attend.builtin.wordnet_sentences import load_sentences, oov_rates, split_sentences  # noqa: E402
+from speech_attend.data.readers import read_librispeech  # noqa: E402
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:

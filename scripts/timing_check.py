@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from speech_devsets import _SEED_OFFSET  # noqa: E402  (the espeak_unseen group's draws)
+
 from speech_attend.builtin import corpus  # noqa: E402
 from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, synthesize_with_words  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402

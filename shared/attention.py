@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from .kernels import fused_enabled
 from .masks import masked_softmax
 from .recurrence import step_read
-from .scoring import DotScore, GeneralScore, Score, ScaledDotScore
+from .scoring import DotScore, GeneralScore, ScaledDotScore, Score
 
 __all__ = ["Memory", "Attention", "soft_read", "hard_read", "MultiHeadAttention"]
 
@@ -37,7 +37,7 @@ class Memory(NamedTuple):
     values: torch.Tensor
     mask: torch.Tensor | None = None
 
-    def repeat_interleave(self, repeats: int) -> "Memory":
+    def repeat_interleave(self, repeats: int) -> Memory:
         """Each sequence repeated ``repeats`` times along the batch.
 
         Beam search does not need this: :class:`Attention` reads one memory row for `K`

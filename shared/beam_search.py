@@ -45,8 +45,9 @@ hypothesis is computed from:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_map

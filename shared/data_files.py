@@ -19,9 +19,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ["Row", "read_rows", "MANIFEST_SUFFIXES", "METADATA_FILES", "SPLIT_FOLDERS", "split_of_folder", "metadata_files"]
 

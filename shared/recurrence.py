@@ -30,7 +30,7 @@ from torch.nn import functional as F
 
 __all__ = ["Recurrence", "step_linear", "step_read"]
 
-_active: ContextVar["Recurrence | None"] = ContextVar("recurrence", default=None)
+_active: ContextVar[Recurrence | None] = ContextVar("recurrence", default=None)
 
 
 class _Uses:
@@ -128,7 +128,7 @@ class Recurrence:
     def __init__(self) -> None:
         self._shared: dict[tuple[type, int], tuple[torch.Tensor, torch.Tensor, _Uses]] = {}  # -> (tensor, handed on, uses)
 
-    def __enter__(self) -> "Recurrence":
+    def __enter__(self) -> Recurrence:
         self._token = _active.set(self)
         return self
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 __all__ = ["Vocabulary", "PAD", "SOS", "EOS", "UNK", "SPECIALS"]
 
@@ -33,7 +33,7 @@ class Vocabulary:
         self.never_written = (self.pad_id, self.sos_id)  # in no output: decode drops them, a search never chooses them
 
     @classmethod
-    def build(cls, sequences: Iterable[Iterable[str]], min_freq: int = 1, max_size: int | None = None) -> "Vocabulary":
+    def build(cls, sequences: Iterable[Iterable[str]], min_freq: int = 1, max_size: int | None = None) -> Vocabulary:
         """Vocabulary of the tokens seen at least ``min_freq`` times, most frequent first.
 
         Args:
@@ -81,7 +81,7 @@ class Vocabulary:
         return {"tokens": self.itos[len(SPECIALS) :]}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Vocabulary":
+    def from_dict(cls, data: dict) -> Vocabulary:
         if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
             raise ValueError("a vocabulary must be a JSON object with a 'tokens' list")
         return cls(data["tokens"])
@@ -90,7 +90,7 @@ class Vocabulary:
         Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=0), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocabulary":
+    def load(cls, path: str | Path) -> Vocabulary:
         try:
             return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError, ValueError) as err:

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tqdm import tqdm
 
 from shared.training.commands import expand_folders, run_app
 from shared.training.devices import check_device
-
 
 __all__ = ["main"]  # CaptionCLI and EncoderToFeatureCache: show_attend.train.cli
 
@@ -85,7 +84,7 @@ def _caption(args: list[str]) -> int:
                         help="the encoder's pretrained weights file, for a model that leaves them out (default: where training found it)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     options = parser.parse_args(args)
-    from show_attend.infer.caption import Captioning, shipped_model, save_overlay
+    from show_attend.infer.caption import Captioning, save_overlay, shipped_model
 
     check_device(options.device)  # every setting before the model loads and anything is decoded
     Captioning.check_settings(options.beam_size, options.max_length)
@@ -165,9 +164,8 @@ def _explain(args: list[str]) -> int:
     if options.beam_size is not None and options.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1, got {options.beam_size}")
     check_device(options.device)
-    from show_attend.infer.caption import load_captioner
     from shared.evaluation.faithfulness import write_explanations
-
+    from show_attend.infer.caption import load_captioner
     from show_attend.infer.explain import explain_files, save_explanation
 
     model = load_captioner(options.ckpt, options.device)

@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from shared.training.commands import expand_folders, run_app
 from shared.training.devices import check_device
-
 from speech_attend.model.lm import LMConfig
 
 __all__ = ["main"]  # RecognizerCLI: speech_attend.train.cli
@@ -187,7 +186,6 @@ def _explain(argv: list[str]) -> int:
     if args.span < 1:
         raise ValueError(f"--span must be >= 1, got {args.span}")
     from shared.evaluation.faithfulness import write_explanations
-
     from speech_attend.infer.explain import explain_files, save_explanation
     from speech_attend.infer.transcribe import load_recognizer
 

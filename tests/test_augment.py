@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace as replace_config
 
-import numpy as np
 import pytest
 import torch
 
 from speech_attend.data.augment import (
     AugmentConfig,
-    active_power,
+    AugmentedCollate,
     add_noise,
     augment_batch,
     babble,
@@ -26,7 +25,6 @@ from speech_attend.data.augment import (
     room_impulse_response,
     telephone_band,
 )
-from speech_attend.data.augment import AugmentedCollate
 from speech_attend.data.dataset import collate
 from speech_attend.train.datamodule import SpeechDataModule
 

@@ -6,6 +6,7 @@ The recognizer's fit and export with it: ``tests/test_recognizer_cli.py``."""
 import re
 from pathlib import Path
 
+import average_models
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -13,8 +14,6 @@ from torch import nn
 
 from shared.training.averaging import TRAINED_STATE, WeightAverage, uniform_soup
 from shared.training.model_files import export_folder, load_model_files
-
-import average_models
 
 
 class Line(pl.LightningModule):

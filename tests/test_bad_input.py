@@ -24,6 +24,7 @@ import soundfile as sf
 import torch
 import yaml
 from PIL import Image
+from tiny import tiny_speech_config
 
 from show_attend.cli import main as show_attend
 from show_attend.data.dataset import collate
@@ -31,7 +32,6 @@ from show_attend.data.readers import read_karpathy
 from show_attend.train.datamodule import CaptionDataModule
 from speech_attend.cli import main as speech_attend
 from speech_attend.train.datamodule import SpeechDataModule
-from tiny import tiny_speech_config
 
 LOG_NAME = "skipped_samples.log"
 
@@ -122,7 +122,7 @@ def _unusual_images(paths: list[Path]) -> None:
     with Image.open(rgba) as image:
         image.convert("RGBA").save(rgba)
     with Image.open(deep) as image:
-        Image.fromarray((np.asarray(image.convert("L"), dtype=np.uint16) * 257)).save(deep)
+        Image.fromarray(np.asarray(image.convert("L"), dtype=np.uint16) * 257).save(deep)
     with Image.open(odd) as image:
         image.resize((97, 23)).save(odd)
 

@@ -3,7 +3,6 @@
 
 import pytest
 import torch
-
 from bench_common import matmul_gflop
 
 from speech_attend.model.las import native_cpu_kernels
@@ -78,10 +77,10 @@ def test_the_transcribe_benchmark_times_the_whole_command_and_the_decode_of_each
 
     import bench_transcribe
     import soundfile as sf
+    from tiny import TINY_SPEECH_CONFIG
 
     from shared.training.model_files import export_folder
     from speech_attend.model.las import build_recognizer
-    from tiny import TINY_SPEECH_CONFIG
 
     config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
               "decoding": {"beam_size": 1, "max_len_ratio": 0.2}, "features": {}}

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import bottleneck
+import pytest
 
 
 def test_caption_objects_and_object_f1():

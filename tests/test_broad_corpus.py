@@ -15,8 +15,6 @@ import soundfile as sf
 import torch
 
 from speech_attend.builtin import corpus, espeak, piper_voice, wordnet_sentences
-from speech_attend.cli import main
-from speech_attend.data.readers import read_librispeech
 from speech_attend.builtin.espeak import english_voices, voice_variants
 from speech_attend.builtin.numbers import spell_number, spell_numbers, spell_ordinal, spell_year
 from speech_attend.builtin.speakers import (
@@ -26,7 +24,6 @@ from speech_attend.builtin.speakers import (
     espeak_speakers,
     piper_speakers,
 )
-from speech_attend.data.voice_shift import formant_shift, pitch_shift, shift_voice
 from speech_attend.builtin.wordnet_sentences import (
     MAX_WORDS,
     MIN_WORDS,
@@ -35,6 +32,9 @@ from speech_attend.builtin.wordnet_sentences import (
     sentence_from_example,
     split_sentences,
 )
+from speech_attend.cli import main
+from speech_attend.data.readers import read_librispeech
+from speech_attend.data.voice_shift import formant_shift, pitch_shift, shift_voice
 
 SR = 16000
 

@@ -19,13 +19,13 @@ from PIL import Image
 from shared import greedy_search
 from shared.training.bad_samples import BadSample
 from shared.training.model_files import export_folder, safe_torch_load
-from show_attend.infer.caption import APP, Captioning, caption_images, load_captioner
 from show_attend.cli import EncoderToFeatureCache, main
-from show_attend.data.readers import DataError, read_karpathy
 from show_attend.data.dataset import collate
 from show_attend.data.images import load_image
-from show_attend.train.datamodule import CaptionDataModule
+from show_attend.data.readers import DataError, read_karpathy
+from show_attend.infer.caption import APP, Captioning, caption_images, load_captioner
 from show_attend.model.encoder import BACKBONES, Encoder, EncoderConfig, EncoderWeightsError
+from show_attend.train.datamodule import CaptionDataModule
 from show_attend.train.module import CaptionerModule, doubly_stochastic_penalty
 from show_attend.train.pointing import pointing_hits
 

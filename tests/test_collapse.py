@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader
 from shared import Vocabulary, beam_search, greedy_search
 from shared.evaluation.collapse import MIN_OUTPUTS, collapse_warning, is_looping, output_collapse
 from shared.training.module import AttendModule
+from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.model.decoder import DecoderConfig
 from show_attend.model.encoder import EncoderConfig
-from show_attend.model.captioner import Captioner, CaptionerConfig
 from speech_attend.model.las import DecodeConfig, build_recognizer
 
 ROOT = Path(__file__).resolve().parents[1]

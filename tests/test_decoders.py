@@ -182,10 +182,10 @@ def test_a_captioner_decoder_saved_with_split_gate_weights_loads_and_writes_the_
 
 
 def test_a_run_saved_before_the_shared_step_resumes_with_the_same_adam_moments():
-    from speech_attend.train.module import RecognizerModule, _optimizer_states_from_lstm_cells
     from test_text_to_ids import CHARS, TINY
 
     from speech_attend.model.features import FeatureConfig
+    from speech_attend.train.module import RecognizerModule, _optimizer_states_from_lstm_cells
 
     torch.manual_seed(0)
     module = RecognizerModule(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS)

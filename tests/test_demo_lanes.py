@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader
-
-
 from demo_lanes import Lane, ThreadsFromFile, steps_done
+from torch.utils.data import DataLoader
 
 from shared.training.run_logger import RunLogger
 

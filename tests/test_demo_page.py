@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-
 from demo_page import build_page, highlight_errors, missing_links
 
 
@@ -173,9 +171,8 @@ def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp
 
 
 def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
-    import torch
-
     import demo
+    import torch
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import builtins
 import csv
 import errno
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -36,10 +35,10 @@ from shared.training.model_files import export_folder, load_model_files
 from shared.training.module import TEST_METRICS_FILE, AttendModule
 from shared.training.run_logger import RunLogger
 from shared.training.writes import WriteError
-from show_attend.infer.caption import APP
 from show_attend.cli import main as caption_main
-from show_attend.train.datamodule import CaptionDataModule
+from show_attend.infer.caption import APP
 from show_attend.infer.gallery import write_gallery
+from show_attend.train.datamodule import CaptionDataModule
 from show_attend.train.module import CaptionerModule
 from speech_attend.infer.subtitles import write_outputs
 from speech_attend.infer.transcribe import Transcript
@@ -93,7 +92,7 @@ def _torch_save_on_a_full_disk(obj, file, *args, **kwargs) -> None:
     try:
         raise _no_space()
     except OSError:
-        raise RuntimeError(TORCH_ON_A_FULL_DISK)
+        raise RuntimeError(TORCH_ON_A_FULL_DISK)  # noqa: B904  torch's own message, chained as torch chains it
 
 
 def _temporary_files(folder: Path) -> list[Path]:

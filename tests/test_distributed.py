@@ -25,8 +25,8 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
-from show_attend.cli import main as caption_main
 from show_attend.builtin.shapes import prepare_shapes
+from show_attend.cli import main as caption_main
 from speech_attend.cli import main as speech_main
 from speech_attend.data.readers import read_corpus
 

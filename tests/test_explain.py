@@ -7,18 +7,18 @@ import math
 
 import pytest
 import torch
+from tiny import TINY_SPEECH_CONFIG
 
 from shared.evaluation.faithfulness import compare_maps, rank_correlation
+from shared.training.model_files import export_folder
 from show_attend.cli import main as show_attend
 from show_attend.data.dataset import collate
-from show_attend.train.datamodule import CaptionDataModule
 from show_attend.infer.explain import occlusion_drops, word_log_probs
+from show_attend.train.datamodule import CaptionDataModule
 from show_attend.train.module import CaptionerModule
 from speech_attend.cli import main as speech_attend
 from speech_attend.infer.explain import span_drops
 from speech_attend.model.las import build_recognizer
-from shared.training.model_files import export_folder
-from tiny import TINY_SPEECH_CONFIG
 
 
 def test_rank_correlation_and_peaks():

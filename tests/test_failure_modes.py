@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-import torch
-
 import failure_modes
+import torch
+from tiny import TINY_SPEECH_CONFIG
+
 from shared.training.model_files import export_folder
 from show_attend.train.module import CaptionerModule
 from speech_attend.model.las import build_recognizer
-from tiny import TINY_SPEECH_CONFIG
 
 
 def test_the_three_examples(tiny_synth, tmp_path):

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from shared.training.model_files import export_folder
-from show_attend.infer.caption import caption_files, load_captioner
 from show_attend.cli import main
 from show_attend.data.dataset import collate
+from show_attend.infer.caption import caption_files, load_captioner
 from show_attend.train.datamodule import CaptionDataModule
 from show_attend.train.module import CaptionerModule
 
@@ -274,7 +274,7 @@ def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(images, tmp_
 
 
 def test_captioning_gives_what_the_command_prints(exported_captioner, images, capsys):
-    from show_attend import CaptionResult, Captioning
+    from show_attend import Captioning, CaptionResult
 
     captioning = Captioning.load(exported_captioner, device="cpu")
     results = captioning.caption(images)

@@ -3,14 +3,13 @@ narrow one did, and its checkpoint resumes training at the step it was grown at.
 
 from pathlib import Path
 
+import grow_recognizer
 import pytest
 import torch
 import yaml
 
 from speech_attend.cli import main as speech_main
 from speech_attend.model.las import build_recognizer
-
-import grow_recognizer
 
 _LAS = {"listener_hidden": 8, "listener_layers": 1, "pyramid_layers": 2, "input_stack": 1, "layer_norm": True,
         "speller_hidden": 16, "speller_layers": 1, "embedding_dim": 8, "attention": "location", "attention_dim": 8,

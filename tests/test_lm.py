@@ -12,14 +12,24 @@ import torch
 
 from shared import Vocabulary, beam_search
 from shared.training.model_files import export_folder
-from speech_attend.cli import main as speech_attend
-from speech_attend.model.features import FeatureConfig
-from speech_attend.model.lm import (LM_FILES, CharLM, LMConfig, Scorer, WeightedScorers, bfloat16_is_fast, length_bonus_scorer, lm_scorer,
-                                    load_lm, save_lm)
 from speech_attend.builtin.wordnet_sentences import wordnet_definitions
-from speech_attend.train.lm import EXAMPLE_REPEATS, fit_lm, lm_sentences, perplexity, wordnet_lm_splits
-from speech_attend.model.las import LAS, DecodeConfig, LASConfig, native_cpu_kernels
+from speech_attend.cli import main as speech_attend
 from speech_attend.infer.transcribe import APP, Transcriber
+from speech_attend.model.features import FeatureConfig
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig, native_cpu_kernels
+from speech_attend.model.lm import (
+    LM_FILES,
+    CharLM,
+    LMConfig,
+    Scorer,
+    WeightedScorers,
+    bfloat16_is_fast,
+    length_bonus_scorer,
+    lm_scorer,
+    load_lm,
+    save_lm,
+)
+from speech_attend.train.lm import EXAMPLE_REPEATS, fit_lm, lm_sentences, perplexity, wordnet_lm_splits
 
 RATE = 16000
 _LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,

@@ -23,23 +23,23 @@ import pytest
 import soundfile as sf
 import torch
 from PIL import Image, ImageDraw
+from test_bad_input import CAPTION_MODEL, _one_line_error, _tone
+from tiny import TINY_SPEECH_CONFIG
 
 from shared import Vocabulary
 from shared.training.model_files import export_folder
-from show_attend.infer.caption import CaptionResult, save_overlay
 from show_attend.cli import main as show_attend
 from show_attend.data.dataset import CaptionDataset
-from show_attend.data.readers import CaptionRecord
 from show_attend.data.images import ImageError, image_size, image_transform, load_image
+from show_attend.data.readers import CaptionRecord
+from show_attend.infer.caption import CaptionResult, save_overlay
 from show_attend.train.module import CaptionerModule
-from speech_attend.data.audio import AudioError, load_audio
 from speech_attend.cli import main as speech_attend
-from speech_attend.data.readers import Utterance
+from speech_attend.data.audio import AudioError, load_audio
 from speech_attend.data.dataset import SpeechDataset, collate
+from speech_attend.data.readers import Utterance
 from speech_attend.model.features import FeatureConfig, FeatureFrontend
 from speech_attend.model.las import build_recognizer
-from test_bad_input import CAPTION_MODEL, _one_line_error, _tone
-from tiny import TINY_SPEECH_CONFIG
 
 WORKS = None  # expectation of a file that gives a real result; otherwise a pattern its error line must match
 RATE = 16000

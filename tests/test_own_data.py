@@ -16,7 +16,8 @@ import soundfile as sf
 from PIL import Image
 
 from shared.data_files import metadata_files, read_rows
-from show_attend.data.readers import DataError, read_captions, read_imagefolder, read_manifest as read_caption_manifest
+from show_attend.data.readers import DataError, read_captions, read_imagefolder
+from show_attend.data.readers import read_manifest as read_caption_manifest
 from show_attend.train.datamodule import CaptionDataModule
 from speech_attend.data.readers import CorpusError, read_audiofolder, read_corpus
 from speech_attend.train.datamodule import SpeechDataModule

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_bad_input import _one_line_error
 
 from shared.training.model_files import CheckpointError, safe_torch_load
-from show_attend.infer.caption import load_captioner
 from show_attend.cli import main as show_attend
-from show_attend.data.readers import DataError, find_image_dir, read_karpathy
 from show_attend.data.feature_cache import FeatureCache
-from test_bad_input import _one_line_error
+from show_attend.data.readers import DataError, find_image_dir, read_karpathy
+from show_attend.infer.caption import load_captioner
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "a dog cat man woman runs sits on the grass beach road red blue small big".split()

@@ -5,9 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-
 import recipe_search
+import torch
 
 FIELDS = ["epoch", "step", "train/loss", "val/cer", "val/fit_seconds", "val/fit_cpu_seconds"]
 

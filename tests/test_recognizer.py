@@ -1,21 +1,19 @@
 """The recognizer's parts on tiny inputs: features, listener, sampler, loss, decoding, chunking."""
 
-import math
 import random
 
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from shared import greedy_search
-from shared import Vocabulary
+from shared import Vocabulary, greedy_search
 from speech_attend.data.dataset import Batch, Collate
-from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
-from speech_attend.model.listener import Listener, _BLSTM
-from speech_attend.model.las import LAS, DecodeConfig, LASConfig
-from speech_attend.train.module import RecognizerModule
 from speech_attend.data.sampler import BucketBatchSampler
 from speech_attend.infer.transcribe import split_at_pauses, split_at_quiet_points
+from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
+from speech_attend.model.las import DecodeConfig, LASConfig
+from speech_attend.model.listener import _BLSTM, Listener
+from speech_attend.train.module import RecognizerModule
 
 TINY = LASConfig(
     listener_hidden=8, pyramid_layers=2, speller_hidden=16, embedding_dim=8, attention_dim=8,

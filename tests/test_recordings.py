@@ -12,12 +12,22 @@ import torch
 
 from shared import Vocabulary
 from shared.training.model_files import export_folder, load_model_files
-from speech_attend.data.augment import AugmentConfig, augment_batch, non_speech
 from speech_attend.cli import main as speech_attend
-from speech_attend.model.features import (ColourShrink, FeatureConfig, FeatureFrontend, loud_frames, loud_mean, normalise_level,
-                                          remove_dc, sample_step, speech_level, subtract_utterance_mean)
-from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
+from speech_attend.data.augment import AugmentConfig, augment_batch, non_speech
 from speech_attend.infer.transcribe import APP, Transcriber, is_silent
+from speech_attend.model.features import (
+    ColourShrink,
+    FeatureConfig,
+    FeatureFrontend,
+    loud_frames,
+    loud_mean,
+    normalise_level,
+    remove_dc,
+    sample_step,
+    speech_level,
+    subtract_utterance_mean,
+)
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
 from speech_attend.train.module import RecognizerModule
 
 RATE = 16000

@@ -34,10 +34,9 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
-from shared.training.checkpoints import SIGTERM_EXIT_CODE, AtomicCheckpointIO
-from show_attend.cli import main as caption_main
+from shared.training.checkpoints import SIGTERM_EXIT_CODE, AtomicCheckpointIO, find_checkpoint
 from show_attend.builtin.shapes import prepare_shapes
-from shared.training.checkpoints import find_checkpoint
+from show_attend.cli import main as caption_main
 from speech_attend.cli import main as speech_main
 
 pytestmark = pytest.mark.slow

@@ -16,8 +16,8 @@ import pytest
 from shared.evaluation.speech import char_error_rate
 from shared.training.model_files import load_model_files
 from speech_attend.cli import main as speech_attend
-from speech_attend.model.lm import LM_FILES
 from speech_attend.infer.transcribe import SHIPPED_MODEL, Transcriber
+from speech_attend.model.lm import LM_FILES
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = ROOT / "tests" / "data" / "shipped"

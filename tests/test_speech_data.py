@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speech_attend.builtin import speakers as voices
 from speech_attend.builtin import corpus
+from speech_attend.builtin import speakers as voices
+from speech_attend.builtin.espeak import EspeakError, synthesize
+from speech_attend.builtin.sentences import generate_sentence, generate_sentences, vocabulary
 from speech_attend.data.audio import AudioError, audio_duration, load_audio
 from speech_attend.data.readers import (
     CorpusError,
@@ -24,8 +26,6 @@ from speech_attend.data.readers import (
     read_librispeech,
     read_manifest,
 )
-from speech_attend.builtin.espeak import EspeakError, synthesize
-from speech_attend.builtin.sentences import generate_sentence, generate_sentences, vocabulary
 from speech_attend.data.text import map_out_of_vocabulary, normalize_text
 
 CAN_WRITE_MP3 = "MP3" in sf.available_formats()
@@ -267,7 +267,7 @@ def test_read_manifest_errors_name_file_and_line(tmp_path):
         "bad duration": good + "\n" + json.dumps({"audio": "a.wav", "text": "x", "duration": "long"}) + "\n",
     }
     manifest = tmp_path / "m.jsonl"
-    for case, content in cases.items():
+    for content in cases.values():
         manifest.write_text(content)
         with pytest.raises(CorpusError, match=re.escape(f"{manifest}:2")):
             read_manifest(manifest)

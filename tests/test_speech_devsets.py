@@ -6,22 +6,21 @@ import json
 import shutil
 from pathlib import Path
 
+import engine_devset
+import eval_speech
 import numpy as np
 import pytest
+import recording_check
 import soundfile as sf
+import speech_devsets
+from tiny import TINY_SPEECH_CONFIG
 
 from shared.training.model_files import export_folder
+from speech_attend.builtin.corpus import prepare_synth
+from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
 from speech_attend.data.readers import read_librispeech
 from speech_attend.data.text import normalize_text
 from speech_attend.model.las import build_recognizer
-from speech_attend.builtin.corpus import prepare_synth
-from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
-from tiny import TINY_SPEECH_CONFIG
-
-import engine_devset
-import eval_speech
-import recording_check
-import speech_devsets
 
 HAVE_ENGINES = shutil.which("flite") is not None and shutil.which("text2wave") is not None
 NO_ENGINES = "flite and festival are Debian packages (apt-get install flite festival festvox-*), not pip installs"

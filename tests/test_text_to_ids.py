@@ -2,9 +2,9 @@
 and the LightningModule only uses them: the same loss as when it computed them itself."""
 
 import math
+from dataclasses import replace as replace_config
 
 import torch
-from dataclasses import replace as replace_config
 
 from shared import Vocabulary
 from speech_attend.data.augment import AugmentConfig, AugmentedCollate

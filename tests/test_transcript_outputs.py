@@ -16,16 +16,21 @@ import webvtt
 
 from shared import Vocabulary, beam_search
 from shared.training.model_files import export_folder
-from speech_attend.cli import main as speech_attend
-from speech_attend.builtin.espeak import synthesize, synthesize_with_words
-from speech_attend.model.features import FeatureConfig
-from speech_attend.model.las import LAS, DecodeConfig, LASConfig
-from speech_attend.infer.subtitles import output_names, parse_formats
 from speech_attend.builtin.corpus import speak
+from speech_attend.builtin.espeak import synthesize, synthesize_with_words
+from speech_attend.cli import main as speech_attend
+from speech_attend.infer.subtitles import output_names, parse_formats
 from speech_attend.infer.timing import (
-    NO_SPEECH_CONFIDENCE, NO_SPEECH_CTC_SHARE, chunk_segment, ctc_best_path_characters, ctc_forced_align, token_slots,
+    NO_SPEECH_CONFIDENCE,
+    NO_SPEECH_CTC_SHARE,
+    chunk_segment,
+    ctc_best_path_characters,
+    ctc_forced_align,
+    token_slots,
 )
 from speech_attend.infer.transcribe import APP, Transcriber
+from speech_attend.model.features import FeatureConfig
+from speech_attend.model.las import LAS, DecodeConfig, LASConfig
 
 RATE = 16000
 _CHARS = list("abcdefghijklmnopqrstuvwxyz' ")

@@ -37,7 +37,7 @@ import shlex
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         record = {
             "command": "python -m scripts.benchmarks.peers " + shlex.join(argv),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"processor": platform.processor(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
                         "platform": platform.platform(), "python": platform.python_version()},
             "threads": 1,

@@ -22,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from scripts.benchmarks.peers import groups_of, normalize_for_scoring
 from shared.evaluation.speech import speech_metrics
 from speech_attend.data.audio import load_audio
 from speech_attend.data.readers import read_librispeech
 from speech_attend.model.whisper import WhisperLogMel
-
-from scripts.benchmarks.peers import groups_of, normalize_for_scoring
 
 THIRTY_SECONDS = 30 * 16000
 

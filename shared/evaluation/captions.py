@@ -28,7 +28,6 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 
-
 __all__ = [
     "METEOR_JAR_ENV",
     "tokenize_caption",
@@ -384,7 +383,7 @@ def meteor_score(
                 watchdog.cancel()
                 process.kill()
     except (OSError, ValueError, subprocess.SubprocessError) as error:
-        warnings.warn(f"METEOR failed ({error}); reporting it as unavailable.")
+        warnings.warn(f"METEOR failed ({error}); reporting it as unavailable.", stacklevel=2)
         return None
 
 

@@ -17,9 +17,9 @@ most outputs loop. Words are what whitespace separates, for captions and transcr
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Sequence
 
 __all__ = ["LOOP_RUN", "LOOP_MIN_WORDS", "MIN_OUTPUTS", "OutputCollapse", "collapse_warning", "is_looping", "output_collapse"]
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 import textwrap
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import matplotlib
 import numpy as np

@@ -9,7 +9,8 @@ logs them. No Lightning here: the apps' data readers import this module.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 

@@ -92,7 +92,7 @@ class AttendCLI(LightningCLI):
         parser.add_lightning_class_args(RunCheckpoints, "checkpoint")
         parser.add_lightning_class_args(SkipBadSamples, "bad_samples")
         parser.add_lightning_class_args(WeightAverage, "averaging")
-        parser.add_argument("--init_from", type=Optional[str], default=None,
+        parser.add_argument("--init_from", type=Optional[str], default=None,  # noqa: UP045  jsonargparse reads the typing form
                             help="start a new run from a trained model's weights: an exported folder or a .ckpt (its settings and "
                                  "vocabulary; a new optimiser at step 0). --ckpt_path resumes a run instead")
         parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")

@@ -18,8 +18,8 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 __all__ = ["run_app", "expand_folders", "one_line", "LIGHTNING_COMMANDS"]
 

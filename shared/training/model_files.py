@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 

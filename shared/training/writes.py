@@ -22,9 +22,9 @@ import errno
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["WriteError", "replacing", "write_error", "writing"]
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence, overload
+from typing import overload
 
 import numpy as np
 import torch
@@ -31,10 +32,9 @@ import torch
 from shared import Hypothesis, Vocabulary
 from shared.training.devices import check_device
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
-
 from show_attend.data.images import ImageError, image_transform, load_image
-from show_attend.model.encoder import restore_omitted_weights
 from show_attend.model.captioner import Captioner, CaptionerConfig
+from show_attend.model.encoder import restore_omitted_weights
 
 __all__ = [
     "Captioning", "Beam", "CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model",
@@ -242,7 +242,7 @@ class Captioning:
     def load(
         cls, path: str | Path | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
         max_length: int | None = None, batch_size: int = 16, encoder_weights: str | None = None,
-    ) -> "Captioning":
+    ) -> Captioning:
         """Load a model from a ``.ckpt`` file or an exported folder (``None``: the shipped one, if any).
 
         Args:

@@ -17,14 +17,13 @@ what the word depended on. No Lightning here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
 from shared.evaluation.faithfulness import MapComparison, compare_maps
-
 from show_attend.data.images import ImageError, image_transform, load_image
 from show_attend.model.captioner import Captioner
 

@@ -19,15 +19,14 @@ import html
 import io
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from shared.training.writes import replacing
-
-from show_attend.infer.caption import Beam, CaptionResult
 from show_attend.data.images import load_image
+from show_attend.infer.caption import Beam, CaptionResult
 
 __all__ = ["write_gallery", "PAGE_NAME"]
 

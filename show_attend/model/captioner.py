@@ -18,7 +18,6 @@ from torch import nn
 
 from shared import Hypothesis, Vocabulary, beam_search
 from shared.training.config import as_dataclass
-
 from show_attend.model.decoder import Decoder, DecoderConfig, DecoderOutput, DecoderScores
 from show_attend.model.encoder import Encoder, EncoderConfig
 
@@ -47,7 +46,7 @@ class CaptionerConfig:
             raise ValueError(f"max_repeats must be None or at least 2 (words in a row), got {self.max_repeats}")
 
     @classmethod
-    def from_hyper_parameters(cls, hparams: dict) -> "CaptionerConfig":
+    def from_hyper_parameters(cls, hparams: dict) -> CaptionerConfig:
         """The config within a checkpoint's (or an export's) hyper-parameters."""
         return cls(**{f.name: hparams[f.name] for f in fields(cls) if f.name in hparams})
 

@@ -237,7 +237,7 @@ class Decoder(nn.Module):
                 outputs.append((h, context, alpha, log_prob))
         return outputs
 
-    def _teacher_forced(self, features: torch.Tensor, inputs: torch.Tensor, lengths: torch.Tensor | None, sample: bool) -> "_Steps":
+    def _teacher_forced(self, features: torch.Tensor, inputs: torch.Tensor, lengths: torch.Tensor | None, sample: bool) -> _Steps:
         """:meth:`_recurrence` on the captions in longest-first order, its outputs back in the caller's."""
         order = _LongestFirst(lengths, *inputs.shape, inputs.device)
         embedded = self.embedding(inputs)  # (B, T, m)

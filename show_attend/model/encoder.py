@@ -19,9 +19,9 @@ features in the feature cache, so cached features always belong to the weights i
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -220,7 +220,7 @@ class Encoder(nn.Module):
         state = self.state_dict()
         return fingerprint({key: state[key] for key in self.pretrained_frozen_keys()})
 
-    def train(self, mode: bool = True) -> "Encoder":
+    def train(self, mode: bool = True) -> Encoder:
         super().train(mode)
         for block in self.blocks[: self.first_trainable]:
             block.eval()  # a fixed encoder keeps its batch-norm statistics
@@ -247,7 +247,7 @@ class Encoder(nn.Module):
         return x.flatten(2).transpose(1, 2).contiguous()  # (B, L, D)
 
 
-def restore_omitted_weights(state_dict: dict, omitted: dict, encoder: "Encoder", where: str, prefix: str = "") -> None:
+def restore_omitted_weights(state_dict: dict, omitted: dict, encoder: Encoder, where: str, prefix: str = "") -> None:
     """Put the frozen pretrained weights a checkpoint or export left out (``omitted["keys"]``,
     the model's state-dict keys) back into ``state_dict`` under ``prefix`` + key, from
     ``encoder`` (built from the published weights file), after checking that they are the very

@@ -20,12 +20,10 @@ from torch.utils.data import DataLoader
 
 from shared import Vocabulary
 from shared.training.model_files import fingerprint
-
 from show_attend.data.dataset import CaptionDataset, build_vocabulary, collate
-
-from show_attend.data.readers import CaptionRecord, DataError, read_captions
-from show_attend.data.images import image_transform
 from show_attend.data.feature_cache import CachedSplit, FeatureCache
+from show_attend.data.images import image_transform
+from show_attend.data.readers import CaptionRecord, DataError, read_captions
 
 __all__ = ["CaptionDataModule"]
 

@@ -33,10 +33,9 @@ from shared.training.config import as_dataclass
 from shared.training.model_files import OMITTED_KEY
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
-
+from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.model.decoder import DecoderConfig
 from show_attend.model.encoder import EncoderConfig, restore_omitted_weights
-from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.train.pointing import pointing_hits
 
 __all__ = ["CaptionerModule", "doubly_stochastic_penalty"]

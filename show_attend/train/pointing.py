@@ -10,7 +10,7 @@ agrees with more of the words. Words of phrases beyond the image's objects count
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -53,7 +53,6 @@ import json
 import multiprocessing
 import os
 import random
-import shutil
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -71,8 +70,8 @@ from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, EspeakCrash, synthe
 from speech_attend.builtin.piper_voice import PiperEngine, require_piper
 from speech_attend.builtin.sentences import generate_sentence
 from speech_attend.builtin.speakers import SPLITS, Speaker, classic_espeak_speakers, espeak_speakers, piper_speakers
-from speech_attend.data.voice_shift import shift_voice
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
+from speech_attend.data.voice_shift import shift_voice
 
 __all__ = ["SPLITS", "SAMPLE_RATE", "TEXTS", "ENGINES", "corpus_speakers", "speak", "prepare_synth"]
 

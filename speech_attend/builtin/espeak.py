@@ -326,7 +326,7 @@ def synthesize_isolated(text: str, voice: str = "gmw/en", **settings: int) -> np
         _ENGINE.lock = threading.Lock()  # the parent's, held at the fork, is not this process's to wait on
         try:
             payload = b"\x00" + synthesize(text, voice, **settings).tobytes()
-        except BaseException as err:  # noqa: BLE001: the child must always reach os._exit
+        except BaseException as err:  # noqa: BLE001  the child must always reach os._exit
             payload = b"\x01" + f"{type(err).__name__}: {err}".encode("utf-8", "replace")
         with os.fdopen(write_end, "wb") as out:
             out.write(payload)

@@ -14,14 +14,13 @@ No Lightning here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import torch
 
 from shared.evaluation.faithfulness import MapComparison, compare_maps
-
 from speech_attend.data.audio import load_audio
 from speech_attend.model.las import LAS
 

@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 from shared.training.writes import replacing
-
 from speech_attend.infer.transcribe import Transcript
 
 __all__ = ["FORMATS", "parse_formats", "render", "output_names", "check_output_dir", "write_outputs"]

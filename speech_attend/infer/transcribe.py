@@ -29,12 +29,11 @@ from torch.nn import functional as F
 from shared import Hypothesis
 from shared.training.devices import check_device
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
-
 from speech_attend.data.audio import load_audio
 from speech_attend.data.dataset import pad_waves
-from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
-from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
 from speech_attend.infer.timing import Segment, chunk_segment, no_speech_segment
+from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
+from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
 
 __all__ = [
     "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "export_model",
@@ -426,7 +425,7 @@ class Transcriber:
         cls, path: str | os.PathLike | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
         max_chunk_seconds: float | None = None, trim: bool = True, lm: str | os.PathLike | None = None,
         lm_weight: float | None = None, length_bonus: float | None = None, ctc_weight: float | None = None,
-    ) -> "Transcriber":
+    ) -> Transcriber:
         """Load a model from a ``.ckpt`` file or an exported folder; ``None``: the shipped model.
 
         The same as ``Transcriber(path, ...)``, read as ``show_attend``'s ``Captioning.load``.

@@ -66,7 +66,6 @@ from torchaudio.transforms import MelSpectrogram
 
 from shared import lengths_to_mask
 
-
 __all__ = ["FeatureConfig", "remove_dc", "speech_level", "level_gain", "normalise_level", "sample_step", "LogMel", "GlobalNorm",
            "loud_frames", "loud_mean", "subtract_utterance_mean", "ColourShrink", "SpecAugment", "FeatureFrontend"]
 
@@ -126,7 +125,7 @@ class FeatureConfig:
             raise ValueError("colour_shrink and utterance_mean both take out an utterance's colour; set one of them")
 
     @classmethod
-    def from_saved(cls, saved: dict | None) -> "FeatureConfig":
+    def from_saved(cls, saved: dict | None) -> FeatureConfig:
         """The config of a saved model; one saved before the DC and level steps keeps them off."""
         if saved is None:
             return cls()

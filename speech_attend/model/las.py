@@ -28,10 +28,9 @@ from shared import Hypothesis, Vocabulary, beam_search
 from shared.beam_search import length_normalized
 from shared.training.config import as_dataclass
 from shared.training.model_files import fingerprint
-
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
-from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
 from speech_attend.model.listener import Listener
+from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
 from speech_attend.model.pretrained_listener import PretrainedListener
 from speech_attend.model.speller import Speller, SpellerConfig
 from speech_attend.model.whisper import WhisperConfig, WhisperLogMel

@@ -35,7 +35,6 @@ from shared import Hypothesis, Vocabulary
 from shared.training.config import as_dataclass
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
-
 __all__ = ["LMConfig", "CharLM", "Scorer", "WeightedScorers", "length_bonus_scorer", "lm_scorer", "bfloat16_is_fast", "save_lm", "load_lm", "has_lm", "LM_FILES", "MAX_LM_WEIGHT", "DEFAULT_LM_WEIGHT"]
 
 

@@ -16,9 +16,9 @@ conditions are drawn into ``cache_views - 1`` further copies of each utterance t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 import pytorch_lightning as pl
 import torch
@@ -26,11 +26,10 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 from shared import Vocabulary
-
 from speech_attend.data.augment import AugmentConfig, AugmentedCollate
+from speech_attend.data.dataset import Collate, SpeechDataset, build_vocabulary, collate
 from speech_attend.data.encoder_cache import CachedSpeechDataset, CachedStates, Encode, EncoderCache
 from speech_attend.data.readers import read_corpus
-from speech_attend.data.dataset import Collate, SpeechDataset, build_vocabulary, collate
 from speech_attend.data.sampler import BucketBatchSampler
 from speech_attend.data.text import OOV_POLICIES, map_out_of_vocabulary, unknown_characters
 

@@ -21,11 +21,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from shared import Vocabulary
-from shared.vocabulary import SPECIALS
 from shared.training.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_model_files
-
-from speech_attend.model.lm import APP, CharLM, LMConfig, save_lm
+from shared.vocabulary import SPECIALS
 from speech_attend.data.text import map_out_of_vocabulary, normalize_text
+from speech_attend.model.lm import APP, CharLM, LMConfig, save_lm
 
 __all__ = ["fit_lm", "train_lm", "perplexity", "lm_sentences", "lm_sentences_of", "wordnet_lm_splits", "vocabulary_from"]
 
@@ -101,8 +100,8 @@ def vocabulary_from(path: str | os.PathLike) -> Vocabulary:
     builds them with its default text settings)."""
     path = Path(path)
     if path.is_dir() and not (path / WEIGHTS_FILE).is_file() and not (path / CONFIG_FILE).is_file():
-        from speech_attend.data.readers import read_corpus
         from speech_attend.data.dataset import build_vocabulary
+        from speech_attend.data.readers import read_corpus
 
         return build_vocabulary([normalize_text(u.text) for u in read_corpus(path, "train")])
     tokens = load_model_files(path, APP).hyper_parameters.get("vocabulary")
@@ -236,7 +235,7 @@ def fit_lm(
 class _StopRequest:
     """While inside, SIGINT and SIGTERM set ``requested`` instead of ending the process (main thread only)."""
 
-    def __enter__(self) -> "_StopRequest":
+    def __enter__(self) -> _StopRequest:
         import signal
         import threading
 

@@ -39,7 +39,6 @@ from shared.training.config import as_dataclass
 from shared.training.model_files import CheckpointError
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
-
 from speech_attend.data.dataset import Batch
 from speech_attend.model.features import FeatureConfig
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
@@ -200,8 +199,8 @@ class RecognizerModule(AttendModule):
         """Mean over output steps of ``sum_l alpha_ul * (1 - exp(-(l/L - u/U)^2 / 2g^2))`` (Tachibana et al. 2017)."""
         batch, steps, frames = alignments.shape
         u = torch.arange(steps, device=alignments.device)[None, :, None] / output_lengths[:, None, None]  # (B, U, 1)
-        l = torch.arange(frames, device=alignments.device)[None, None, :] / encoder_lengths[:, None, None]  # (B, 1, L)
-        penalty = 1 - torch.exp(-((l - u) ** 2) / (2 * self.hparams.guided_attention_sigma**2))  # (B, U, L)
+        frame = torch.arange(frames, device=alignments.device)[None, None, :] / encoder_lengths[:, None, None]  # (B, 1, L)
+        penalty = 1 - torch.exp(-((frame - u) ** 2) / (2 * self.hparams.guided_attention_sigma**2))  # (B, U, L)
         valid = torch.arange(steps, device=alignments.device)[None, :] < output_lengths[:, None]  # (B, U)
         per_step = (alignments.float() * penalty).sum(-1)  # (B, U)
         return per_step[valid].mean()
@@ -333,7 +332,7 @@ class RecognizerModule(AttendModule):
         self._last_step_time = None  # the next step's time would include validation
 
 
-def _optimizer_states_from_lstm_cells(checkpoint: dict, module: "RecognizerModule") -> None:
+def _optimizer_states_from_lstm_cells(checkpoint: dict, module: RecognizerModule) -> None:
     """Map an optimiser state saved with the speller's ``nn.LSTMCell`` parameters onto today's
     (the weights themselves are mapped on load, :func:`speech_attend.model.speller.from_lstm_cells`):
     Adam's moments are split and joined as the weights are, in the order of today's parameters."""
