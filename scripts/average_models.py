@@ -64,8 +64,11 @@ def average_exports(folders: list[Path], out: Path) -> list[float]:
     models = [load_model_files(folder, app) for folder in folders]  # names a missing, corrupt or foreign folder
     for folder, model in zip(folders[1:], models[1:]):
         if model.hyper_parameters != models[0].hyper_parameters:
-            changed = sorted(k for k in model.hyper_parameters.keys() | models[0].hyper_parameters.keys()
-                             if model.hyper_parameters.get(k) != models[0].hyper_parameters.get(k))
+            changed = sorted(
+                k
+                for k in model.hyper_parameters.keys() | models[0].hyper_parameters.keys()
+                if model.hyper_parameters.get(k) != models[0].hyper_parameters.get(k)
+            )
             raise ValueError(f"{folder}: its settings differ from {folders[0]}'s ({', '.join(changed)}); a soup needs one model")
     side_files = _side_files(folders[0])
     for folder in folders[1:]:
@@ -99,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # the writer's one line: what, where and why
         print(f"average_models: error: {error}", file=sys.stderr)
         return 1
-    print(f"{args.out}: the mean of {len(args.models)} models; relative distances between them: "
-          + ", ".join(f"{d:.4f}" for d in distances))
+    print(
+        f"{args.out}: the mean of {len(args.models)} models; relative distances between them: "
+        + ", ".join(f"{d:.4f}" for d in distances)
+    )
     return 0
 
 

@@ -66,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object: group -> results")
     args = parser.parse_args(argv)
     if not (args.devsets / args.source).is_dir():
-        print(f"babble_curve: error: {args.devsets / args.source}: not found; expected a group of a folder from "
-              "scripts/speech_devsets.py", file=sys.stderr)
+        print(
+            f"babble_curve: error: {args.devsets / args.source}: not found; expected a group of a folder from "
+            "scripts/speech_devsets.py",
+            file=sys.stderr,
+        )
         return 2
     try:
         snrs = [float(x) for x in args.snrs.split(",")]

@@ -56,9 +56,12 @@ def _captioner(quick: bool):
     words = 1200 if quick else 9490
     size = 256 if quick else 512
     torch.manual_seed(0)
-    model = cls([f"w{i}" for i in range(words)], encoder={"backbone": "resnet101", "pretrained": False},
-                decoder={"embed_dim": size, "attention_dim": size, "hidden_dim": size, "dropout": 0.0},
-                doubly_stochastic=1.0).train()
+    model = cls(
+        [f"w{i}" for i in range(words)],
+        encoder={"backbone": "resnet101", "pretrained": False},
+        decoder={"embed_dim": size, "attention_dim": size, "hidden_dim": size, "dropout": 0.0},
+        doubly_stochastic=1.0,
+    ).train()
     decoder = model.model.decoder if hasattr(model, "model") else model.decoder
     generator = torch.Generator().manual_seed(1)
     batch_size, grid = (16, 10) if quick else (32, 14)
@@ -66,8 +69,12 @@ def _captioner(quick: bool):
     captions = torch.randint(4, words + 4, (batch_size, 23), generator=generator)
     captions[:, 0] = 1
     captions[torch.arange(23)[None, :] > lengths[:, None]] = 0
-    batch = {"captions": captions[:, : int(lengths.max()) + 1], "lengths": lengths, "batch_size": batch_size,
-             "features": torch.randn(batch_size, grid * grid, 2048, generator=generator)}
+    batch = {
+        "captions": captions[:, : int(lengths.max()) + 1],
+        "lengths": lengths,
+        "batch_size": batch_size,
+        "features": torch.randn(batch_size, grid * grid, 2048, generator=generator),
+    }
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
     return decoder, lambda: model.loss(batch)[0], optimizer
 
@@ -84,9 +91,20 @@ def _recognizer(quick: bool):
         from speech_attend.model import LAS, LASConfig
 
     torch.manual_seed(0)
-    config = LASConfig(listener_hidden=256, listener_layers=1, pyramid_layers=3, speller_hidden=512, speller_layers=1,
-                       embedding_dim=512, attention="location", attention_dim=300, location_filters=10, location_kernel=101,
-                       dropout=0.0, ctc_upsample=0)
+    config = LASConfig(
+        listener_hidden=256,
+        listener_layers=1,
+        pyramid_layers=3,
+        speller_hidden=512,
+        speller_layers=1,
+        embedding_dim=512,
+        attention="location",
+        attention_dim=300,
+        location_filters=10,
+        location_kernel=101,
+        dropout=0.0,
+        ctc_upsample=0,
+    )
     from shared import Vocabulary
 
     vocabulary = Vocabulary([f"c{i}" for i in range(31)])
@@ -173,7 +191,9 @@ def compare(app: str, revision: str, quick: bool = False, rounds: int = 5) -> di
         raise SystemExit(f"bench_against: {revision!r} is not a revision of this repository")
     with tempfile.TemporaryDirectory(prefix="attend-against-") as folder:
         other_tree = Path(folder) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", str(other_tree), revision], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(other_tree), revision], cwd=ROOT, check=True, capture_output=True
+        )
         try:
             ours, theirs = _Worker(ROOT, app, quick), _Worker(other_tree, app, quick)
             weights = Path(folder) / "weights.pt"
@@ -192,17 +212,28 @@ def compare(app: str, revision: str, quick: bool = False, rounds: int = 5) -> di
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other_tree)], cwd=ROOT, capture_output=True)
     this, other = float(np.median(times["this"])), float(np.median(times[revision]))
-    return {"app": app, "against": revision, "commit": resolved.stdout.strip(), "quick": quick, "rounds": rounds,
-            "loss_this": losses[0], "loss_other": losses[1], "step_seconds_this": this, "step_seconds_other": other,
-            "speedup": other / this}
+    return {
+        "app": app,
+        "against": revision,
+        "commit": resolved.stdout.strip(),
+        "quick": quick,
+        "rounds": rounds,
+        "loss_this": losses[0],
+        "loss_other": losses[1],
+        "step_seconds_this": this,
+        "step_seconds_other": other,
+        "speedup": other / this,
+    }
 
 
 def report(result: dict) -> str:
-    return (f"{result['app']} training step against {result['against']} ({result['commit']}), {result['rounds']} steps each, "
-            f"taken in turn{' (quick sizes)' if result['quick'] else ''}:\n"
-            f"  same loss on the same batch: {result['loss_this']:.6f} (this) and {result['loss_other']:.6f}\n"
-            f"  this {result['step_seconds_this']:.3f} s/step, {result['against']} {result['step_seconds_other']:.3f} s/step: "
-            f"speedup {result['speedup']:.2f}x")
+    return (
+        f"{result['app']} training step against {result['against']} ({result['commit']}), {result['rounds']} steps each, "
+        f"taken in turn{' (quick sizes)' if result['quick'] else ''}:\n"
+        f"  same loss on the same batch: {result['loss_this']:.6f} (this) and {result['loss_other']:.6f}\n"
+        f"  this {result['step_seconds_this']:.3f} s/step, {result['against']} {result['step_seconds_other']:.3f} s/step: "
+        f"speedup {result['speedup']:.2f}x"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,8 +68,16 @@ HOP = 160  # 10 ms at 16 kHz
 
 def _model(cfg: BenchConfig, device) -> LAS:
     torch.manual_seed(0)
-    config = LASConfig(listener_hidden=256, listener_layers=1, pyramid_layers=3, speller_hidden=512, speller_layers=2,
-                       attention="location", attention_dim=256, ctc_upsample=2)
+    config = LASConfig(
+        listener_hidden=256,
+        listener_layers=1,
+        pyramid_layers=3,
+        speller_hidden=512,
+        speller_layers=2,
+        attention="location",
+        attention_dim=256,
+        ctc_upsample=2,
+    )
     model = LAS(config, FeatureConfig(), Vocabulary([f"c{i}" for i in range(cfg.vocab - 4)])).to(device)
     return model
 
@@ -96,8 +104,9 @@ def train_benchmark(cfg: BenchConfig, device) -> dict:
     def step():
         out = model(waveforms, samples, targets[:, :-1])
         loss = F.cross_entropy(out["logits"].float().transpose(1, 2), targets[:, 1:], ignore_index=0)
-        ctc = F.ctc_loss(out["ctc_log_probs"].transpose(0, 1), targets[:, 1:], out["ctc_lengths"], chars.to(device) - 1,
-                         zero_infinity=True)
+        ctc = F.ctc_loss(
+            out["ctc_log_probs"].transpose(0, 1), targets[:, 1:], out["ctc_lengths"], chars.to(device) - 1, zero_infinity=True
+        )
         optimizer.zero_grad(set_to_none=True)
         (0.7 * loss + 0.3 * ctc).backward()
         optimizer.step()
@@ -114,14 +123,19 @@ def train_benchmark(cfg: BenchConfig, device) -> dict:
         sync(device)
         times.append(time.perf_counter() - start)
     seconds = float(np.median(times))
-    peak = (torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20
+        if device.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )
     return {
         "step_seconds": seconds,
         "frames_per_second": float(frames.sum()) / seconds,
         "audio_seconds_per_second": float(frames.sum()) / 100 / seconds,
         "peak_memory_mib": peak,
-        "peak_memory_kind": "cuda max allocated" if device.type == "cuda" else f"process max RSS (was {rss_before:.0f} MiB before)",
+        "peak_memory_kind": "cuda max allocated"
+        if device.type == "cuda"
+        else f"process max RSS (was {rss_before:.0f} MiB before)",
     }
 
 
@@ -133,8 +147,11 @@ def frontend_benchmark(cfg: BenchConfig, device, rounds: int = 10) -> dict:
     waveforms, samples, _ = _audio(cfg, cfg.batch, torch.Generator().manual_seed(0), cfg.max_frames)
     waveforms, samples = waveforms.to(device), samples.to(device)
     frontend.accumulate_statistics([(waveforms, samples)])
-    timed = {"frontend": lambda: frontend(waveforms, samples), "mel_power_re2_im2": lambda: logmel.mel_power(waveforms),
-             "mel_power_torchaudio": lambda: logmel.mel(waveforms)}
+    timed = {
+        "frontend": lambda: frontend(waveforms, samples),
+        "mel_power_re2_im2": lambda: logmel.mel_power(waveforms),
+        "mel_power_torchaudio": lambda: logmel.mel(waveforms),
+    }
     seconds: dict[str, list[float]] = {name: [] for name in timed}
     with torch.no_grad():
         for _ in range(rounds):
@@ -191,8 +208,9 @@ def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: 
     with contextlib.nullcontext() if bf16 else native_cpu_kernels(), autocast(states.device, precision):
         memory, inner = model.speller.start(states, encoder_lengths)  # one memory row serves the K beams
         state = (inner, torch.zeros_like(chars), chars)
-        results = beam_search(step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1,
-                              memory=memory)
+        results = beam_search(
+            step, state, waveforms.size(0), cfg.beam, sos=1, eos=eos, max_len=int(chars.max()) + 1, memory=memory
+        )
     return results, listener_seconds
 
 
@@ -255,8 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and utterances (under 2 minutes on 2 CPU cores)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    parser.add_argument("--against", metavar="REV", default=None,
-                        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="with --against: timed steps of each revision (default 5)")
     args = parser.parse_args(argv)
     if args.against:
@@ -277,14 +299,20 @@ def main(argv: list[str] | None = None) -> int:
 
     train = train_benchmark(cfg, device)
     print(f"\ntraining step (forward + backward + Adam), batch {cfg.batch}, {cfg.min_frames}-{cfg.max_frames} frames")
-    print(f"  {train['step_seconds']:.2f} s/step, {train['frames_per_second']:.0f} frames/s "
-          f"({train['audio_seconds_per_second']:.1f} s of audio per second); peak memory {train['peak_memory_mib']:.0f} MiB "
-          f"({train['peak_memory_kind']})", flush=True)
+    print(
+        f"  {train['step_seconds']:.2f} s/step, {train['frames_per_second']:.0f} frames/s "
+        f"({train['audio_seconds_per_second']:.1f} s of audio per second); peak memory {train['peak_memory_mib']:.0f} MiB "
+        f"({train['peak_memory_kind']})",
+        flush=True,
+    )
 
     front = frontend_benchmark(cfg, device)
-    print(f"  the feature front end alone: {front['frontend_seconds'] * 1000:.1f} ms, of which the mel power "
-          f"{front['mel_power_re2_im2_seconds'] * 1000:.1f} ms as re^2 + im^2 (torchaudio's MelSpectrogram: "
-          f"{front['mel_power_torchaudio_seconds'] * 1000:.1f} ms)", flush=True)
+    print(
+        f"  the feature front end alone: {front['frontend_seconds'] * 1000:.1f} ms, of which the mel power "
+        f"{front['mel_power_re2_im2_seconds'] * 1000:.1f} ms as re^2 + im^2 (torchaudio's MelSpectrogram: "
+        f"{front['mel_power_torchaudio_seconds'] * 1000:.1f} ms)",
+        flush=True,
+    )
 
     pad = padding_benchmark(cfg)
     print(f"\npadding in an epoch of {cfg.epoch_utterances} utterances, batch {cfg.batch}")
@@ -298,24 +326,44 @@ def main(argv: list[str] | None = None) -> int:
     bf16_transcripts = beam["bf16"].pop("transcripts")
     beam["bf16"]["same_as_fp32"] = f"{sum(a == b for a, b in zip(fp32_transcripts, bf16_transcripts))}/{cfg.beam_utterances}"
     beam["speedup_batched_beam"] = beam["fp32"]["speedup_batched_beam"]
-    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_utterances} utterances ({beam['fp32']['audio_seconds']:.0f} s of audio, "
-          f"{beam['fp32']['mean_output_chars']:.0f} characters on average), same model")
-    print(f"  {'precision':<11}{'batched s':>11}{'(listener)':>12}{'one at a time s':>17}{'(listener)':>12}{'speedup':>9}"
-          f"{'speller only':>14}{'matmul-bound s':>16}{'ceiling':>9}{'batched = single':>18}{'= fp32':>8}")
+    print(
+        f"\nbeam search (beam {cfg.beam}) over {cfg.beam_utterances} utterances ({beam['fp32']['audio_seconds']:.0f} s of audio, "
+        f"{beam['fp32']['mean_output_chars']:.0f} characters on average), same model"
+    )
+    print(
+        f"  {'precision':<11}{'batched s':>11}{'(listener)':>12}{'one at a time s':>17}{'(listener)':>12}{'speedup':>9}"
+        f"{'speller only':>14}{'matmul-bound s':>16}{'ceiling':>9}{'batched = single':>18}{'= fp32':>8}"
+    )
     for precision in PRECISIONS:
         r = beam[precision]
-        print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['batched_listener_seconds']:>12.2f}"
-              f"{r['one_at_a_time_seconds']:>17.2f}{r['one_at_a_time_listener_seconds']:>12.2f}"
-              f"{r['speedup_batched_beam']:>8.2f}x{r['speedup_batched_speller']:>13.2f}x"
-              f"{r['batched_matmul_bound_seconds']:>16.2f}{r['speedup_ceiling']:>8.2f}x"
-              f"{r['same_transcripts']:>18}{r.get('same_as_fp32', '-'):>8}")
-    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
-          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)")
-    print("  matmul-bound s: the batched path's matrix products alone at the measured matmul rate; ceiling: the\n"
-          "  one-at-a-time time over that, the most batching could give on this machine with all else free", flush=True)
+        print(
+            f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['batched_listener_seconds']:>12.2f}"
+            f"{r['one_at_a_time_seconds']:>17.2f}{r['one_at_a_time_listener_seconds']:>12.2f}"
+            f"{r['speedup_batched_beam']:>8.2f}x{r['speedup_batched_speller']:>13.2f}x"
+            f"{r['batched_matmul_bound_seconds']:>16.2f}{r['speedup_ceiling']:>8.2f}x"
+            f"{r['same_transcripts']:>18}{r.get('same_as_fp32', '-'):>8}"
+        )
+    print(
+        f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
+        f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)"
+    )
+    print(
+        "  matmul-bound s: the batched path's matrix products alone at the measured matmul rate; ceiling: the\n"
+        "  one-at-a-time time over that, the most batching could give on this machine with all else free",
+        flush=True,
+    )
 
-    results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rates["fp32"],
-               "matmul_gflop_per_s_bf16": rates["bf16"], "train_step": train, "frontend": front, "padding": pad, "beam": beam}
+    results = {
+        "device": str(device),
+        "machine": machine,
+        "quick": args.quick,
+        "matmul_gflop_per_s": rates["fp32"],
+        "matmul_gflop_per_s_bf16": rates["bf16"],
+        "train_step": train,
+        "frontend": front,
+        "padding": pad,
+        "beam": beam,
+    }
     if args.json:
         print(json.dumps(results))
     return 0

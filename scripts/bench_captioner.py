@@ -86,8 +86,11 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     features, captions, lengths = _batch(cfg, device, generator)
     step_mask = lengths_to_mask(lengths, cfg.max_len)
     results = {}
-    runs = (("precomputed_keys", Decoder, "fp32"), ("recomputed_keys", RecomputedKeysDecoder, "fp32"),
-            ("precomputed_keys_bf16", Decoder, "bf16"))
+    runs = (
+        ("precomputed_keys", Decoder, "fp32"),
+        ("recomputed_keys", RecomputedKeysDecoder, "fp32"),
+        ("precomputed_keys_bf16", Decoder, "bf16"),
+    )
     for name, cls, precision in runs:
         decoder = _decoder(cls, cfg, device).train()
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
@@ -105,8 +108,12 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
             step()
         seconds = timed(step, cfg.train_repeats, device)
         flops = counter.get_total_flops()
-        results[name] = {"precision": precision, "step_seconds": seconds, "gflop": flops / 1e9,
-                         "gflop_per_s": flops / seconds / 1e9}
+        results[name] = {
+            "precision": precision,
+            "step_seconds": seconds,
+            "gflop": flops / 1e9,
+            "gflop_per_s": flops / seconds / 1e9,
+        }
     results["speedup_precomputed_keys"] = results["recomputed_keys"]["step_seconds"] / results["precomputed_keys"]["step_seconds"]
     results["speedup_bf16"] = results["precomputed_keys"]["step_seconds"] / results["precomputed_keys_bf16"]["step_seconds"]
     return results
@@ -193,8 +200,12 @@ def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     images = torch.randn(cfg.batch, 3, 224, 224, generator=generator).to(device)
 
     with tempfile.TemporaryDirectory() as tmp:  # a cache of this epoch's size, in the real format
-        cache = np.lib.format.open_memmap(Path(tmp) / "train.npy", mode="w+", dtype=np.float16,
-                                          shape=(cfg.epoch_batches * cfg.batch, cfg.grid**2, cfg.feature_dim))
+        cache = np.lib.format.open_memmap(
+            Path(tmp) / "train.npy",
+            mode="w+",
+            dtype=np.float16,
+            shape=(cfg.epoch_batches * cfg.batch, cfg.grid**2, cfg.feature_dim),
+        )
         cache[:] = np.random.default_rng(0).standard_normal(cache.shape[1:], dtype=np.float32).astype(np.float16)
         cache.flush()
         cache = np.load(Path(tmp) / "train.npy", mmap_mode="r")
@@ -231,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and images (under 2 minutes on 2 CPU cores)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    parser.add_argument("--against", metavar="REV", default=None,
-                        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="with --against: timed steps of each revision (default 5)")
     args = parser.parse_args(argv)
     if args.against:
@@ -259,30 +274,45 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'path':<24}{'s/step':>10}{'GFLOP':>10}{'GFLOP/s':>10}{'% of matmul':>13}")
     for name in ("precomputed_keys", "recomputed_keys", "precomputed_keys_bf16"):
         r = train[name]
-        print(f"  {name:<24}{r['step_seconds']:>10.3f}{r['gflop']:>10.1f}{r['gflop_per_s']:>10.1f}"
-              f"{100 * r['gflop_per_s'] / rates[r['precision']]:>12.0f}%")
-    print(f"  speedup_precomputed_keys = {train['speedup_precomputed_keys']:.2f}x, bf16 autocast = {train['speedup_bf16']:.2f}x",
-          flush=True)
+        print(
+            f"  {name:<24}{r['step_seconds']:>10.3f}{r['gflop']:>10.1f}{r['gflop_per_s']:>10.1f}"
+            f"{100 * r['gflop_per_s'] / rates[r['precision']]:>12.0f}%"
+        )
+    print(
+        f"  speedup_precomputed_keys = {train['speedup_precomputed_keys']:.2f}x, bf16 autocast = {train['speedup_bf16']:.2f}x",
+        flush=True,
+    )
 
     beam = {precision: beam_benchmark(cfg, device, precision, rates[precision]) for precision in PRECISIONS}
     fp32_captions = beam["fp32"].pop("captions")
     bf16_captions = beam["bf16"].pop("captions")
     beam["bf16"]["same_as_fp32"] = f"{sum(a == b for a, b in zip(fp32_captions, bf16_captions))}/{cfg.beam_images}"
     beam["speedup_batched_beam"] = beam["fp32"]["speedup_batched_beam"]
-    print(f"\nbeam search (beam {cfg.beam}) over {cfg.beam_images} images, same model, "
-          f"captions of {cfg.min_len}-{cfg.max_len} words")
-    print(f"  {'precision':<11}{'batched s':>11}{'images/s':>10}{'one at a time s':>17}{'speedup':>9}"
-          f"{'matmul-bound s':>16}{'ceiling':>9}{'batched = single':>18}{'= fp32':>8}")
+    print(
+        f"\nbeam search (beam {cfg.beam}) over {cfg.beam_images} images, same model, "
+        f"captions of {cfg.min_len}-{cfg.max_len} words"
+    )
+    print(
+        f"  {'precision':<11}{'batched s':>11}{'images/s':>10}{'one at a time s':>17}{'speedup':>9}"
+        f"{'matmul-bound s':>16}{'ceiling':>9}{'batched = single':>18}{'= fp32':>8}"
+    )
     for precision in PRECISIONS:
         r = beam[precision]
-        print(f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['images_per_s_batched']:>10.1f}"
-              f"{r['one_at_a_time_seconds']:>17.2f}{r['speedup_batched_beam']:>8.2f}x"
-              f"{r['batched_matmul_bound_seconds']:>16.2f}{r['speedup_ceiling']:>8.2f}x{r['same_captions']:>18}"
-              f"{r.get('same_as_fp32', '-'):>8}")
-    print(f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
-          f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)")
-    print("  matmul-bound s: the batched path's matrix products alone at the measured matmul rate; ceiling: the\n"
-          "  one-at-a-time time over that, the most batching could give on this machine with all else free", flush=True)
+        print(
+            f"  {precision:<11}{r['batched_seconds']:>11.2f}{r['images_per_s_batched']:>10.1f}"
+            f"{r['one_at_a_time_seconds']:>17.2f}{r['speedup_batched_beam']:>8.2f}x"
+            f"{r['batched_matmul_bound_seconds']:>16.2f}{r['speedup_ceiling']:>8.2f}x{r['same_captions']:>18}"
+            f"{r.get('same_as_fp32', '-'):>8}"
+        )
+    print(
+        f"  speedup_batched_beam = {beam['speedup_batched_beam']:.2f}x (fp32), "
+        f"{beam['bf16']['speedup_batched_beam']:.2f}x (bf16 autocast)"
+    )
+    print(
+        "  matmul-bound s: the batched path's matrix products alone at the measured matmul rate; ceiling: the\n"
+        "  one-at-a-time time over that, the most batching could give on this machine with all else free",
+        flush=True,
+    )
 
     epoch = epoch_benchmark(cfg, device)
     print(f"\nan epoch of {cfg.epoch_images} images (estimated from {cfg.epoch_batches} timed batches)")
@@ -290,9 +320,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  memory-mapped feature cache   {epoch['epoch_seconds_feature_cache']:10.0f} s")
     print(f"  speedup_feature_cache = {epoch['speedup_feature_cache']:.2f}x")
 
-    results = {"device": str(device), "machine": machine, "quick": args.quick, "matmul_gflop_per_s": rates["fp32"],
-               "matmul_gflop_per_s_bf16": rates["bf16"],
-               "train_step": train, "beam": beam, "epoch": epoch}
+    results = {
+        "device": str(device),
+        "machine": machine,
+        "quick": args.quick,
+        "matmul_gflop_per_s": rates["fp32"],
+        "matmul_gflop_per_s_bf16": rates["bf16"],
+        "train_step": train,
+        "beam": beam,
+        "epoch": epoch,
+    }
     if args.json:
         print(json.dumps(results))
     return 0

@@ -40,10 +40,25 @@ def _epoch_seconds(log: str, epoch: int) -> float | None:
 def run(mode: str, data: Path, steps: int, switch_after: float, work: Path) -> float | None:
     """One fit in ``mode``; the seconds of its second epoch. (It runs in ROOT, where ``scripts.demo_lanes`` imports.)"""
     threads_file = work / f"{mode}.threads"
-    args = [sys.executable, "-m", "speech_attend.cli", "fit", "--config", "configs/speech_attend/demo.yaml",
-            "--data.data_dir", str(data), "--trainer.max_steps", str(steps), "--trainer.default_root_dir", str(work / mode),
-            "--trainer.check_val_every_n_epoch", "1000",
-            "--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile", "--trainer.callbacks.path", str(threads_file)]
+    args = [
+        sys.executable,
+        "-m",
+        "speech_attend.cli",
+        "fit",
+        "--config",
+        "configs/speech_attend/demo.yaml",
+        "--data.data_dir",
+        str(data),
+        "--trainer.max_steps",
+        str(steps),
+        "--trainer.default_root_dir",
+        str(work / mode),
+        "--trainer.check_val_every_n_epoch",
+        "1000",
+        "--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile",
+        "--trainer.callbacks.path",
+        str(threads_file),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "2" if mode == "two" else "1"}
     log_path = work / f"{mode}.log"
     with log_path.open("w") as log:
@@ -74,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"unknown mode(s) {', '.join(unknown)}; expected some of {', '.join(MODES)}")
     if not (args.data / "train").is_dir():
-        parser.error(f"{args.data}: no speech corpus (expected {args.data}/train); make it with "
-                     f"`speech-attend prepare synth --out {args.data}` or `make demo`")
+        parser.error(
+            f"{args.data}: no speech corpus (expected {args.data}/train); make it with "
+            f"`speech-attend prepare synth --out {args.data}` or `make demo`"
+        )
     if not hasattr(os, "sched_setaffinity"):
         parser.error("needs Linux: the pinned mode sets which cores a process may use (sched_setaffinity)")
     if len(os.sched_getaffinity(0)) < 2:

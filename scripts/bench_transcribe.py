@@ -81,16 +81,27 @@ def bench(ckpt: str, audio: Path, beams: list[int], runs: int) -> dict:
         r["command_median"] = statistics.median(r["command"])
         r["decode_median"] = statistics.median(r["decode"])
         r["under_target"] = r["command_median"] < TARGET_SECONDS
-    return {"file": str(audio), "seconds": SECONDS, "ckpt": ckpt, "target_seconds": TARGET_SECONDS,
-            "beams": {str(beam): r for beam, r in results.items()}}
+    return {
+        "file": str(audio),
+        "seconds": SECONDS,
+        "ckpt": ckpt,
+        "target_seconds": TARGET_SECONDS,
+        "beams": {str(beam): r for beam, r in results.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt", default=str(ROOT / "models" / "speech_attend"), help="a .ckpt or an exported folder (default: the shipped model)")
+    parser.add_argument(
+        "--ckpt",
+        default=str(ROOT / "models" / "speech_attend"),
+        help="a .ckpt or an exported folder (default: the shipped model)",
+    )
     parser.add_argument("--beams", default="24,48", help="comma-separated beam sizes, alternated (default 24,48)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each beam (default 3)")
-    parser.add_argument("--file", type=Path, default=None, help="the audio to time (default: 10 s of the shipped model's recorded clips)")
+    parser.add_argument(
+        "--file", type=Path, default=None, help="the audio to time (default: 10 s of the shipped model's recorded clips)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
@@ -98,10 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.runs < 1 or min(beams) < 1:
             raise ValueError
     except ValueError:
-        print(f"bench_transcribe: error: --beams {args.beams!r} / --runs {args.runs}: expected positive integers", file=sys.stderr)
+        print(
+            f"bench_transcribe: error: --beams {args.beams!r} / --runs {args.runs}: expected positive integers", file=sys.stderr
+        )
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        audio = args.file or ten_second_file(Path(tmp) / "ten_seconds.wav", sorted((ROOT / "tests" / "data" / "shipped").glob("*.flac")))
+        audio = args.file or ten_second_file(
+            Path(tmp) / "ten_seconds.wav", sorted((ROOT / "tests" / "data" / "shipped").glob("*.flac"))
+        )
         try:
             results = bench(args.ckpt, audio, beams, args.runs)
         except (RuntimeError, ValueError, OSError) as err:
@@ -110,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    print(f"{'beam':>5}  {'command, s (each run)':<26} {'median':>7}  {'decode, s (each run)':<26} {'median':>7}  under {TARGET_SECONDS:g} s")
+    print(
+        f"{'beam':>5}  {'command, s (each run)':<26} {'median':>7}  {'decode, s (each run)':<26} {'median':>7}  under {TARGET_SECONDS:g} s"
+    )
     for beam, r in results["beams"].items():
-        print(f"{beam:>5}  {' / '.join(f'{x:.2f}' for x in r['command']):<26} {r['command_median']:7.2f}  "
-              f"{' / '.join(f'{x:.2f}' for x in r['decode']):<26} {r['decode_median']:7.2f}  {'yes' if r['under_target'] else 'NO'}")
+        print(
+            f"{beam:>5}  {' / '.join(f'{x:.2f}' for x in r['command']):<26} {r['command_median']:7.2f}  "
+            f"{' / '.join(f'{x:.2f}' for x in r['decode']):<26} {r['decode_median']:7.2f}  {'yes' if r['under_target'] else 'NO'}"
+        )
     return 0
 
 

@@ -74,9 +74,25 @@ def _train(app: str, config: Path, data: Path, root: Path, steps: int, extra: li
     if checkpoint is not None and (checkpoint.parents[1] / "train_seconds.txt").is_file():
         return checkpoint
     start = time.perf_counter()
-    _run([app + ".cli", "fit", "--config", config, "--data.data_dir", data, "--trainer.default_root_dir", root,
-          "--trainer.max_steps", steps, "--trainer.check_val_every_n_epoch", 10_000, "--trainer.enable_progress_bar", "false",
-          *extra])
+    _run(
+        [
+            app + ".cli",
+            "fit",
+            "--config",
+            config,
+            "--data.data_dir",
+            data,
+            "--trainer.default_root_dir",
+            root,
+            "--trainer.max_steps",
+            steps,
+            "--trainer.check_val_every_n_epoch",
+            10_000,
+            "--trainer.enable_progress_bar",
+            "false",
+            *extra,
+        ]
+    )
     checkpoint = find_checkpoint(root, "last")
     (checkpoint.parents[1] / "train_seconds.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
     return checkpoint
@@ -128,8 +144,14 @@ def captioner(out: Path, budget: Budget, data_root: Path) -> dict:
     results = {}
     for label, attention in MODELS.items():
         extra = ["--model.decoder.attention", *attention] if attention else []
-        checkpoint = _train("show_attend", ROOT / "configs/show_attend/demo.yaml", data, out / "runs" / f"captioner_{attention[0] if attention else 'soft'}",
-                            budget.caption_steps, extra)
+        checkpoint = _train(
+            "show_attend",
+            ROOT / "configs/show_attend/demo.yaml",
+            data,
+            out / "runs" / f"captioner_{attention[0] if attention else 'soft'}",
+            budget.caption_steps,
+            extra,
+        )
         model = load_captioner(checkpoint).eval()
         transform = image_transform(model.config.image_size)
         by_count = {}
@@ -149,9 +171,13 @@ def captioner(out: Path, budget: Budget, data_root: Path) -> dict:
             }
         results[label] = by_count
     for metric in ("exact_match", "object_f1"):
-        save_lines({label: [(n, r[metric]) for n, r in by_count.items()] for label, by_count in results.items()},
-                   out / f"captioner_{metric}.png", "objects in the scene (training: 1-4)", metric.replace("_", " "),
-                   "captioner: attention against one fixed vector")
+        save_lines(
+            {label: [(n, r[metric]) for n, r in by_count.items()] for label, by_count in results.items()},
+            out / f"captioner_{metric}.png",
+            "objects in the scene (training: 1-4)",
+            metric.replace("_", " "),
+            "captioner: attention against one fixed vector",
+        )
     return results
 
 
@@ -193,8 +219,14 @@ def recognizer(out: Path, budget: Budget, data_root: Path) -> dict:
     results = {}
     for label, attention in MODELS.items():
         extra = ["--model.las.attention", *attention, "--model.guided_attention", "0"] if attention else []
-        checkpoint = _train("speech_attend", ROOT / "configs/speech_attend/demo.yaml", data, out / "runs" / f"recognizer_{attention[0] if attention else 'location'}",
-                            budget.speech_steps, extra)
+        checkpoint = _train(
+            "speech_attend",
+            ROOT / "configs/speech_attend/demo.yaml",
+            data,
+            out / "runs" / f"recognizer_{attention[0] if attention else 'location'}",
+            budget.speech_steps,
+            extra,
+        )
         model = load_recognizer(checkpoint)
         vocabulary = model.vocabulary
         texts = []
@@ -212,25 +244,38 @@ def recognizer(out: Path, budget: Budget, data_root: Path) -> dict:
             for second, pairs in sorted(by_bin.items())
         }
     results["longest_training_seconds"] = longest_training
-    save_lines({label: [(s + 0.5, r["cer"]) for s, r in results[label].items()] for label in MODELS},
-               out / "recognizer.png", f"utterance length, s (1 s bins; training's longest: {longest_training:.1f} s)", "CER",
-               "recognizer: attention against one fixed vector")
+    save_lines(
+        {label: [(s + 0.5, r["cer"]) for s, r in results[label].items()] for label in MODELS},
+        out / "recognizer.png",
+        f"utterance length, s (1 s bins; training's longest: {longest_training:.1f} s)",
+        "CER",
+        "recognizer: attention against one fixed vector",
+    )
     return results
 
 
 def _tables(results: dict) -> str:
     lines = []
     if "captioner" in results:
-        lines += ["| objects | " + " | ".join(f"{m} exact / F1 / right count" for m in MODELS) + " |",
-                  "|---|" + "---|" * len(MODELS)]
+        lines += [
+            "| objects | " + " | ".join(f"{m} exact / F1 / right count" for m in MODELS) + " |",
+            "|---|" + "---|" * len(MODELS),
+        ]
         for count in range(1, 7):
             cells = [results["captioner"][m][count] for m in MODELS]
-            lines.append(f"| {count} | " + " | ".join(f"{c['exact_match']:.2f} / {c['object_f1']:.2f} / {c['right_count']:.2f}" for c in cells) + " |")
+            lines.append(
+                f"| {count} | "
+                + " | ".join(f"{c['exact_match']:.2f} / {c['object_f1']:.2f} / {c['right_count']:.2f}" for c in cells)
+                + " |"
+            )
         lines.append("")
     if "recognizer" in results:
         speech = results["recognizer"]
         seconds = sorted({s for m in MODELS for s in speech[m]})
-        lines += ["| length (s) | utterances | " + " | ".join(f"{m} CER" for m in MODELS) + " |", "|---|---|" + "---|" * len(MODELS)]
+        lines += [
+            "| length (s) | utterances | " + " | ".join(f"{m} CER" for m in MODELS) + " |",
+            "|---|---|" + "---|" * len(MODELS),
+        ]
         for s in seconds:
             cells = [speech[m].get(s) for m in MODELS]
             count = next(c["utterances"] for c in cells if c)

@@ -52,7 +52,10 @@ def word_edits(transcriber: Transcriber, root: Path, group: str) -> tuple[list[i
     """Each utterance's word edits and reference words in ``group`` of ``root``."""
     utterances = read_librispeech(root, [group])
     references = [normalize_text(u.text) for u in utterances]
-    texts = [normalize_text(r.text) if not isinstance(r, ValueError) else "" for r in transcriber.transcribe_many([u.audio_path for u in utterances])]
+    texts = [
+        normalize_text(r.text) if not isinstance(r, ValueError) else ""
+        for r in transcriber.transcribe_many([u.audio_path for u in utterances])
+    ]
     return utterance_word_edits(references, texts), [len(r.split()) for r in references]
 
 
@@ -80,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
     parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups (scripts/speech_devsets.py)")
-    parser.add_argument("--settings", nargs="+", required=True, help="decoding settings, the first the base: name=value[,name=value] or -")
+    parser.add_argument(
+        "--settings", nargs="+", required=True, help="decoding settings, the first the base: name=value[,name=value] or -"
+    )
     parser.add_argument("--groups", default=None, help=f"comma-separated groups (default: all but {', '.join(LEFT_OUT)})")
-    parser.add_argument("--split", default=None, help="also score this LibriSpeech-layout split, as DIR:NAME (e.g. data/broad38:dev)")
+    parser.add_argument(
+        "--split", default=None, help="also score this LibriSpeech-layout split, as DIR:NAME (e.g. data/broad38:dev)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
@@ -102,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             transcriber = Transcriber(args.ckpt, **setting)
             measured = {g: word_edits(transcriber, args.devsets, g) for g in groups}
             edits, words = {g: e for g, (e, _) in measured.items()}, {g: w for g, (_, w) in measured.items()}
-            row = {"setting": setting, "wer": {g: sum(edits[g]) / max(1, sum(words[g])) for g in groups}, "mean": mean_wer(edits, words)}
+            row = {
+                "setting": setting,
+                "wer": {g: sum(edits[g]) / max(1, sum(words[g])) for g in groups},
+                "mean": mean_wer(edits, words),
+            }
             if base is None:
                 base = edits
             else:
@@ -117,13 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"groups": groups, "split": args.split, "results": results}, indent=1))
         return 0
-    print("setting".ljust(34) + "".join(g[:10].rjust(11) for g in groups) + "       mean  95 % of the difference" + ("      split" if split else ""))
+    print(
+        "setting".ljust(34)
+        + "".join(g[:10].rjust(11) for g in groups)
+        + "       mean  95 % of the difference"
+        + ("      split" if split else "")
+    )
     for row in results:
         name = ",".join(f"{k}={v}" for k, v in row["setting"].items()) or "(the model's)"
         low_high = row.get("difference_95")
         interval = f"{low_high[0]:+.4f} .. {low_high[1]:+.4f}" if low_high else "(base)"
-        print(name[:33].ljust(34) + "".join(f"{row['wer'][g]:11.4f}" for g in groups) + f" {row['mean']:10.4f}  {interval:<22}"
-              + (f" {row['split_wer']:10.4f}" if split else ""))
+        print(
+            name[:33].ljust(34)
+            + "".join(f"{row['wer'][g]:11.4f}" for g in groups)
+            + f" {row['mean']:10.4f}  {interval:<22}"
+            + (f" {row['split_wer']:10.4f}" if split else "")
+        )
     return 0
 
 

@@ -181,12 +181,19 @@ def _explain(checkpoint: Path, images: list[Path], folder: Path, lane: Lane | No
 
     examples = []
     for image, ws in per_image.items():
-        examples.append({"png": f"explain/{Path(image).stem}.png", "caption": " ".join(w["word"] for w in ws),
-                         "rank_correlation": mean(w["rank_correlation"] for w in ws), "words": len(ws),
-                         "in_top3": sum(w["attention_peak_in_top_occlusion"] for w in ws)})
+        examples.append(
+            {
+                "png": f"explain/{Path(image).stem}.png",
+                "caption": " ".join(w["word"] for w in ws),
+                "rank_correlation": mean(w["rank_correlation"] for w in ws),
+                "words": len(ws),
+                "in_top3": sum(w["attention_peak_in_top_occlusion"] for w in ws),
+            }
+        )
     examples.sort(key=lambda e: e["rank_correlation"])
     summary = {
-        "images": len(per_image), "words": len(words),
+        "images": len(per_image),
+        "words": len(words),
         "peak_in_top3": mean(w["attention_peak_in_top_occlusion"] for w in words),
         "peaks_differ": mean(w["attention_peak"] != w["occlusion_peak"] for w in words),
         "rank_correlation": mean(w["rank_correlation"] for w in words),
@@ -239,15 +246,19 @@ def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
     tests = [im for im in dataset["images"] if im["split"] == "test"][:SHOW_IMAGES]
     (out / "images").mkdir(parents=True, exist_ok=True)
     images = [shutil.copy(data_dir / "images" / im["filename"], out / "images" / im["filename"]) for im in tests]
-    lines = _json_lines(_app("show_attend", "caption", "--ckpt", checkpoint, *images, "--overlay-dir", out / "overlays", "--json"), lane)
+    lines = _json_lines(
+        _app("show_attend", "caption", "--ckpt", checkpoint, *images, "--overlay-dir", out / "overlays", "--json"), lane
+    )
     captions = []
     for im, line in zip(tests, lines):
-        captions.append({
-            "image": f"images/{im['filename']}",
-            "caption": line["caption"],
-            "references": [sentence["raw"] for sentence in im["sentences"]],
-            "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
-        })
+        captions.append(
+            {
+                "image": f"images/{im['filename']}",
+                "caption": line["caption"],
+                "references": [sentence["raw"] for sentence in im["sentences"]],
+                "overlay": str(Path(line["overlay"]).resolve().relative_to(out.resolve())) if line.get("overlay") else None,
+            }
+        )
     save_curves(_curves(run, "exact_match"), out / "curves" / "captioner.png", "captioner (shapes, soft attention)")
     explained = [data_dir / "images" / im["filename"] for im in dataset["images"] if im["split"] == "test"][:EXPLAIN_IMAGES]
     explain = _explain(checkpoint, explained, out / "explain", lane)
@@ -258,8 +269,13 @@ def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
         "pointing_accuracy": test.get("pointing_accuracy"),
         "train_seconds": seconds,
     }
-    return {"metrics": metrics, "captions": captions, "curves": {"Captioner": "curves/captioner.png"},
-            "explain": explain, "checkpoint": checkpoint}
+    return {
+        "metrics": metrics,
+        "captions": captions,
+        "curves": {"Captioner": "curves/captioner.png"},
+        "explain": explain,
+        "checkpoint": checkpoint,
+    }
 
 
 def recognizer(out: Path, data_dir: Path, run: Path, seconds: float) -> dict:
@@ -277,23 +293,30 @@ def recognizer(out: Path, data_dir: Path, run: Path, seconds: float) -> dict:
         target = out / "audio" / (Path(utt.audio_path).stem + ".wav")
         soundfile.write(target, samples, rate)
         audio_files.append(target)
-    lines = _json_lines(_app("speech_attend", "transcribe", "--ckpt", checkpoint, *audio_files,
-                             "--alignment-dir", out / "alignments", "--json"))
+    lines = _json_lines(
+        _app("speech_attend", "transcribe", "--ckpt", checkpoint, *audio_files, "--alignment-dir", out / "alignments", "--json")
+    )
     transcripts = []
     for utt, path, line in zip(utterances, audio_files, lines):
         _say(f"   {path.name}: {line['text']}")
         alignment = out / "alignments" / (path.stem + ".png")
-        transcripts.append({
-            "audio": f"audio/{path.name}",
-            "reference": utt.text.lower(),
-            "text": line["text"],
-            "alignment": f"alignments/{alignment.name}" if alignment.is_file() else None,
-            "duration_s": line.get("duration_s", 0.0),
-        })
+        transcripts.append(
+            {
+                "audio": f"audio/{path.name}",
+                "reference": utt.text.lower(),
+                "text": line["text"],
+                "alignment": f"alignments/{alignment.name}" if alignment.is_file() else None,
+                "duration_s": line.get("duration_s", 0.0),
+            }
+        )
     save_curves(_curves(run, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
     metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
-    return {"metrics": metrics, "transcripts": transcripts, "curves": {"Recognizer": "curves/recognizer.png"},
-            "checkpoint": checkpoint}
+    return {
+        "metrics": metrics,
+        "transcripts": transcripts,
+        "curves": {"Recognizer": "curves/recognizer.png"},
+        "checkpoint": checkpoint,
+    }
 
 
 def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
@@ -302,10 +325,14 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
     lane done first hands its cores to the other."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
     threads = max(1, cores // 2)
-    lanes = [Lane("captioner", out / "logs" / "captioner.log", threads, _max_steps(CAPTIONER_CONFIG), _run_dir(CAPTIONER_CONFIG)),
-             Lane("recognizer", out / "logs" / "recognizer.log", threads, _max_steps(RECOGNIZER_CONFIG), _run_dir(RECOGNIZER_CONFIG))]
-    _say(f"   {threads} thread(s) each, all {cores} to the one still training once the other is done; "
-         f"their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}")
+    lanes = [
+        Lane("captioner", out / "logs" / "captioner.log", threads, _max_steps(CAPTIONER_CONFIG), _run_dir(CAPTIONER_CONFIG)),
+        Lane("recognizer", out / "logs" / "recognizer.log", threads, _max_steps(RECOGNIZER_CONFIG), _run_dir(RECOGNIZER_CONFIG)),
+    ]
+    _say(
+        f"   {threads} thread(s) each, all {cores} to the one still training once the other is done; "
+        f"their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}"
+    )
     with ThreadPoolExecutor(2) as pool:
         jobs: list[Future] = [
             pool.submit(captioner, out, data_root / "shapes", lanes[0]),
@@ -323,7 +350,10 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
                 if finished and job in pending:
                     lane.widen(cores)
             if pending and time.perf_counter() >= next_report:
-                _say(f"   [{time.perf_counter() - _STARTED:4.0f} s] " + "  |  ".join(f"{lane.name} {lane.progress()}" for lane in lanes))
+                _say(
+                    f"   [{time.perf_counter() - _STARTED:4.0f} s] "
+                    + "  |  ".join(f"{lane.name} {lane.progress()}" for lane in lanes)
+                )
                 next_report += PROGRESS_EVERY_S
     return jobs[0].result(), jobs[1].result()
 
@@ -343,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _stage("Built-in speech: sentences spoken by eSpeak NG voices")
     prepare_speech(data_root / "synth")
-    _stage(f"Both apps at once: the captioner (scenes of shapes made, {CAPTIONER_CONFIG} trained, tested with "
-           f"beam search, examples captioned, attention against occlusion) and the recognizer ({RECOGNIZER_CONFIG})")
+    _stage(
+        f"Both apps at once: the captioner (scenes of shapes made, {CAPTIONER_CONFIG} trained, tested with "
+        f"beam search, examples captioned, attention against occlusion) and the recognizer ({RECOGNIZER_CONFIG})"
+    )
     captioned, (speech_run, speech_seconds) = train_both(out, data_root)
     for example in captioned["captions"]:
         _say(f"   {Path(example['image']).name}: {example['caption']}")
@@ -354,20 +386,42 @@ def main(argv: list[str] | None = None) -> int:
     metrics = {"captioner": caption_metrics, "recognizer": speech_metrics}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     _stage("Failure modes: identical objects, a longer scene, a dropped mask (scripts/failure_modes.py)")
-    _run([sys.executable, str(ROOT / "scripts" / "failure_modes.py"), "--captioner", captioned["checkpoint"],
-          "--recognizer", spoken["checkpoint"], "--data", data_root / "synth", "--out", out])
+    _run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "failure_modes.py"),
+            "--captioner",
+            captioned["checkpoint"],
+            "--recognizer",
+            spoken["checkpoint"],
+            "--data",
+            data_root / "synth",
+            "--out",
+            out,
+        ]
+    )
     failures = json.loads((out / "failure_modes.json").read_text())
     bottleneck = _bottleneck()
     for i, plot in enumerate(bottleneck["plots"]):
         bottleneck["plots"][i] = str(Path(shutil.copy(plot, out / "curves" / f"bottleneck_{Path(plot).name}")).relative_to(out))
-    page = build_page(out, metrics, captioned["captions"], spoken["transcripts"], {**captioned["curves"], **spoken["curves"]},
-                      captioned["explain"], bottleneck, failures)
+    page = build_page(
+        out,
+        metrics,
+        captioned["captions"],
+        spoken["transcripts"],
+        {**captioned["curves"], **spoken["curves"]},
+        captioned["explain"],
+        bottleneck,
+        failures,
+    )
 
     _stage("Done")
     print(f"   open {page}")
     c, r = caption_metrics, speech_metrics
-    print(f"   captioner : exact match {c['exact_match']:.3f}  BLEU-4 {c['bleu4']:.3f}  CIDEr {c['cider']:.3f}  "
-          f"pointing {c['pointing_accuracy']:.3f}  (trained {c['train_seconds']:.0f} s)")
+    print(
+        f"   captioner : exact match {c['exact_match']:.3f}  BLEU-4 {c['bleu4']:.3f}  CIDEr {c['cider']:.3f}  "
+        f"pointing {c['pointing_accuracy']:.3f}  (trained {c['train_seconds']:.0f} s)"
+    )
     print(f"   recognizer: WER {r['wer']:.3f}  CER {r['cer']:.3f}  (trained {r['train_seconds']:.0f} s)")
     return 0
 

@@ -63,10 +63,14 @@ class ThreadsFromFile(pl.Callback):
         try:
             text = self.path.read_text().strip()
         except (OSError, UnicodeDecodeError) as error:  # a folder, no permission, binary: the run goes on
-            rank_zero_warn(f"{self.path}: cannot be read as a number of threads ({error.__class__.__name__}); threads left at {torch.get_num_threads()}")
+            rank_zero_warn(
+                f"{self.path}: cannot be read as a number of threads ({error.__class__.__name__}); threads left at {torch.get_num_threads()}"
+            )
             return
         if not text.isdigit() or int(text) < 1:
-            rank_zero_warn(f"{self.path}: expected a positive whole number of threads, got {text!r}; threads left at {torch.get_num_threads()}")
+            rank_zero_warn(
+                f"{self.path}: expected a positive whole number of threads, got {text!r}; threads left at {torch.get_num_threads()}"
+            )
             return
         if int(text) != torch.get_num_threads():
             torch.set_num_threads(int(text))

@@ -93,7 +93,7 @@ def _explain_section(explain: dict) -> list[str]:
             body.append(
                 f'<div class="item"><div class="row"><span class="label">caption</span><b>{html.escape(item["caption"])}</b></div>'
                 f'<div class="small">mean rank correlation {item["rank_correlation"]:.2f}; attention peak among the 3 most '
-                f'decisive cells for {item["in_top3"]} of {item["words"]} words</div>'
+                f"decisive cells for {item['in_top3']} of {item['words']} words</div>"
                 f'<img class="overlay" src="{html.escape(item["png"])}" alt="attention and occlusion"></div>'
             )
     return body
@@ -102,11 +102,15 @@ def _explain_section(explain: dict) -> list[str]:
 def _bottleneck_section(bottleneck: dict) -> list[str]:
     body = ["<h2>What attention buys: attention against one fixed vector</h2>"]
     if not bottleneck.get("plots"):
-        return body + [f'<p class="small">Not run yet: <code>{html.escape(bottleneck["command"])}</code> trains both '
-                       "apps with and without attention and plots their scores against input length (about 10 minutes "
-                       "with --quick on 2 CPU cores); this page then shows the plots.</p>"]
-    body.append(f'<p class="small">From <code>{html.escape(bottleneck["command"])}</code>: the same model and budget, '
-                "one reading every position through attention, one reading their mean.</p>")
+        return body + [
+            f'<p class="small">Not run yet: <code>{html.escape(bottleneck["command"])}</code> trains both '
+            "apps with and without attention and plots their scores against input length (about 10 minutes "
+            "with --quick on 2 CPU cores); this page then shows the plots.</p>"
+        ]
+    body.append(
+        f'<p class="small">From <code>{html.escape(bottleneck["command"])}</code>: the same model and budget, '
+        "one reading every position through attention, one reading their mean.</p>"
+    )
     return body + [f'<img class="alignment" src="{html.escape(path)}" alt="bottleneck plot">' for path in bottleneck["plots"]]
 
 
@@ -116,7 +120,7 @@ def _failure_section(failures: dict) -> list[str]:
     body = [
         "<h2>Three failure modes, reproduced</h2>",
         "<h3>Two identical objects</h3>",
-        f'<p>caption: <b>{html.escape(identical["caption"])}</b> (reference: {html.escape(identical["reference"])})</p>',
+        f"<p>caption: <b>{html.escape(identical['caption'])}</b> (reference: {html.escape(identical['reference'])})</p>",
         f'<p class="small">attention mass on the first / second object for the words naming them: {html.escape(shares)}</p>',
         f'<img class="overlay" src="{html.escape(identical["image"])}" alt="two identical objects">',
         "<h3>Longer than training: six objects (training had one to four)</h3>",
@@ -124,20 +128,28 @@ def _failure_section(failures: dict) -> list[str]:
         f'<img class="overlay" src="{html.escape(longer["image"])}" alt="six objects">',
         "<h3>A dropped padding mask</h3>",
         f'<p class="small">A {mask["seconds"]} s utterance padded to {mask["padded_to_seconds"]} s in one batch. Reference: '
-        f'{html.escape(mask["reference"])}</p>',
+        f"{html.escape(mask['reference'])}</p>",
     ]
     for name, label in (("mask_right", "with its mask"), ("mask_dropped", "mask dropped")):
         result = mask[name]
-        body.append(f'<p>{label}: <b>{html.escape(result["text"])}</b> <span class="small">(CER {result["cer"]:.2f}; '
-                    f'{result["attention_on_padding"]:.0%} of the attention on padding)</span></p>')
+        body.append(
+            f'<p>{label}: <b>{html.escape(result["text"])}</b> <span class="small">(CER {result["cer"]:.2f}; '
+            f"{result['attention_on_padding']:.0%} of the attention on padding)</span></p>"
+        )
         if result.get("image"):
             body.append(f'<img class="alignment" src="{html.escape(result["image"])}" alt="{label}">')
     return body
 
 
 def build_page(
-    out_dir: str | Path, metrics: dict, captions: list[dict], transcripts: list[dict], curves: dict[str, str],
-    explain: dict | None = None, bottleneck: dict | None = None, failures: dict | None = None,
+    out_dir: str | Path,
+    metrics: dict,
+    captions: list[dict],
+    transcripts: list[dict],
+    curves: dict[str, str],
+    explain: dict | None = None,
+    bottleneck: dict | None = None,
+    failures: dict | None = None,
 ) -> Path:
     """Write ``out_dir/index.html``.
 
@@ -166,7 +178,9 @@ def build_page(
         "<h2>Captioner: where the model looked for each word</h2>",
     ]
     for item in captions:
-        overlay = f'<img class="overlay" src="{html.escape(item["overlay"])}" alt="attention overlay">' if item.get("overlay") else ""
+        overlay = (
+            f'<img class="overlay" src="{html.escape(item["overlay"])}" alt="attention overlay">' if item.get("overlay") else ""
+        )
         body.append(
             '<div class="item"><div class="row">'
             f'<img class="thumb" src="{html.escape(item["image"])}" alt="test image">'

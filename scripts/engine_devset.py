@@ -90,8 +90,10 @@ def _speak(engine: str, voice: str, text: str, wav: Path) -> None:
 def _write_group(out: Path, engine: str, sentences: list[str], rng: random.Random) -> int:
     names = voices(engine)
     if not names:
-        raise EngineMissing(f"{engine} has none of the voices {', '.join(_VOICES[engine])}; "
-                            f"install the Debian packages: apt-get install {PACKAGES[engine]}")
+        raise EngineMissing(
+            f"{engine} has none of the voices {', '.join(_VOICES[engine])}; "
+            f"install the Debian packages: apt-get install {PACKAGES[engine]}"
+        )
     lines: dict[Path, list[str]] = {}
     counters: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:

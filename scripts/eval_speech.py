@@ -51,7 +51,12 @@ def evaluate(transcriber: Transcriber, devsets: Path, group: str, by_speaker: bo
             hypotheses.append(normalize_text(result.text))
     seconds = time.perf_counter() - start
     references = [normalize_text(u.text) for u in utterances]
-    result = {"utterances": len(utterances), **speech_metrics(references, hypotheses), "failed": failed, "seconds": round(seconds, 2)}
+    result = {
+        "utterances": len(utterances),
+        **speech_metrics(references, hypotheses),
+        "failed": failed,
+        "seconds": round(seconds, 2),
+    }
     if by_speaker:
         speakers: dict[str, list[int]] = {}
         for i, u in enumerate(utterances):
@@ -69,10 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups")
     parser.add_argument("--groups", help="comma-separated groups to score (default: all)")
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's)")
-    parser.add_argument("--lm", default=None, help="a language model folder from fit-lm (default: the model folder's own, if any)")
-    parser.add_argument("--lm-weight", type=float, default=None, help="weight of the language model (default: the model's; 0 = none)")
+    parser.add_argument(
+        "--lm", default=None, help="a language model folder from fit-lm (default: the model folder's own, if any)"
+    )
+    parser.add_argument(
+        "--lm-weight", type=float, default=None, help="weight of the language model (default: the model's; 0 = none)"
+    )
     parser.add_argument("--length-bonus", type=float, default=None, help="score added per character (default: the model's)")
-    parser.add_argument("--ctc-weight", type=float, default=None, help="the CTC head's weight in the n-best rescoring (default: the model's)")
+    parser.add_argument(
+        "--ctc-weight", type=float, default=None, help="the CTC head's weight in the n-best rescoring (default: the model's)"
+    )
     parser.add_argument("--by-speaker", action="store_true", help="also each speaker's (each Flite or Festival voice's) results")
     parser.add_argument("--json", action="store_true", help="print one JSON object: group -> results")
     args = parser.parse_args(argv)
@@ -88,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             groups = wanted
         if not groups:
             raise CorpusError(f"{args.devsets}: no evaluation groups (folders with *.trans.txt)")
-        transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, lm=args.lm, lm_weight=args.lm_weight,
-                                  length_bonus=args.length_bonus, ctc_weight=args.ctc_weight)
+        transcriber = Transcriber(
+            args.ckpt,
+            beam_size=args.beam_size,
+            lm=args.lm,
+            lm_weight=args.lm_weight,
+            length_bonus=args.length_bonus,
+            ctc_weight=args.ctc_weight,
+        )
         results = {group: evaluate(transcriber, args.devsets, group, args.by_speaker) for group in groups}
     except (ValueError, RuntimeError, OSError) as err:
         print(f"eval_speech: error: {str(err).splitlines()[0]}", file=sys.stderr)
@@ -100,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(g) for g in results) + 2
     print(f"{'group':<{width}}{'utts':>6}{'WER':>8}{'CER':>8}")
     for group, r in results.items():
-        print(f"{group:<{width}}{r['utterances']:>6}{r['wer']:>8.3f}{r['cer']:>8.3f}" + (f"  ({r['failed']} unreadable)" if r["failed"] else ""))
+        print(
+            f"{group:<{width}}{r['utterances']:>6}{r['wer']:>8.3f}{r['cer']:>8.3f}"
+            + (f"  ({r['failed']} unreadable)" if r["failed"] else "")
+        )
         for speaker, s in r.get("speakers", {}).items():
             print(f"  {speaker:<{width + 2}}{s['utterances']:>4}{s['wer']:>8.3f}{s['cer']:>8.3f}")
     return 0

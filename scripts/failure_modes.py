@@ -67,10 +67,16 @@ def identical(model, out: Path, rng) -> dict:
     first, second = scene.objects
     words = result["caption"].split()
     named = [t for t, w in enumerate(words) if w in first.words()]
-    masses = [(words[t], _mass_in_box(result["attention"][t], first.box, 128), _mass_in_box(result["attention"][t], second.box, 128))
-              for t in named]
-    return {"caption": result["caption"], "reference": result["reference"], "image": result["image"],
-            "words": [{"word": w, "on_first": round(a, 3), "on_second": round(b, 3)} for w, a, b in masses]}
+    masses = [
+        (words[t], _mass_in_box(result["attention"][t], first.box, 128), _mass_in_box(result["attention"][t], second.box, 128))
+        for t in named
+    ]
+    return {
+        "caption": result["caption"],
+        "reference": result["reference"],
+        "image": result["image"],
+        "words": [{"word": w, "on_first": round(a, 3), "on_second": round(b, 3)} for w, a, b in masses],
+    }
 
 
 def longer(model, out: Path, rng) -> dict:
@@ -96,25 +102,45 @@ def wrong_mask(path: Path, data: Path, out: Path) -> dict:
     short = min(range(len(test)), key=lambda i: waves[i].numel())
     long = max(range(len(test)), key=lambda i: waves[i].numel())
     waveforms, lengths = pad_waves([waves[short], waves[long]])
-    result = {"reference": normalize_text(test[short].text), "seconds": round(waves[short].numel() / 16000, 2),
-              "padded_to_seconds": round(waves[long].numel() / 16000, 2)}
+    result = {
+        "reference": normalize_text(test[short].text),
+        "seconds": round(waves[short].numel() / 16000, 2),
+        "padded_to_seconds": round(waves[long].numel() / 16000, 2),
+    }
     with torch.no_grad(), native_cpu_kernels():
         states, frames = model.encode(waveforms, lengths)
         for name, mask_lengths in (("mask_right", frames), ("mask_dropped", torch.full_like(frames, states.size(1)))):
             memory, state = model.speller.start(states, mask_lengths)
             max_len = (frames.float() * decoding.max_len_ratio).ceil().long() + 1
-            hyp = beam_search(model.speller.step, state, 2, decoding.beam_size,
-                              vocabulary.sos_id, vocabulary.eos_id, max_len, length_penalty=decoding.length_penalty,
-                              memory=memory)[0][0]
+            hyp = beam_search(
+                model.speller.step,
+                state,
+                2,
+                decoding.beam_size,
+                vocabulary.sos_id,
+                vocabulary.eos_id,
+                max_len,
+                length_penalty=decoding.length_penalty,
+                memory=memory,
+            )[0][0]
             text = "".join(vocabulary.decode(hyp.tokens))
             labels = vocabulary.decode(hyp.tokens, strip_specials=False)
             attention = hyp.attention if hyp.attention is not None else torch.zeros(0, states.size(1))
-            beyond = float(attention[:, int(frames[0]):].sum() / max(1, len(labels)))
+            beyond = float(attention[:, int(frames[0]) :].sum() / max(1, len(labels)))
             if labels:
-                save_alignment(attention, out / f"{name}.png", labels, model.frame_seconds,
-                               f"{name.replace('_', ' ')}: {text[:60]} (real frames end at {int(frames[0]) * model.frame_seconds:.2f} s)")
-            result[name] = {"text": text, "cer": char_error_rate([result["reference"]], [text]),
-                            "attention_on_padding": round(beyond, 3), "image": f"{name}.png" if labels else None}
+                save_alignment(
+                    attention,
+                    out / f"{name}.png",
+                    labels,
+                    model.frame_seconds,
+                    f"{name.replace('_', ' ')}: {text[:60]} (real frames end at {int(frames[0]) * model.frame_seconds:.2f} s)",
+                )
+            result[name] = {
+                "text": text,
+                "cer": char_error_rate([result["reference"]], [text]),
+                "attention_on_padding": round(beyond, 3),
+                "image": f"{name}.png" if labels else None,
+            }
     return result
 
 
@@ -122,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--captioner", required=True, help="a show-attend checkpoint or exported folder (trained on shapes)")
     parser.add_argument("--recognizer", required=True, help="a speech-attend checkpoint or exported folder")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "synth", help="a spoken corpus with a test split (default data/synth)")
+    parser.add_argument(
+        "--data", type=Path, default=ROOT / "data" / "synth", help="a spoken corpus with a test split (default data/synth)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "failure_modes")
     args = parser.parse_args(argv)
     from show_attend.infer.caption import load_captioner

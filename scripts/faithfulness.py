@@ -53,9 +53,23 @@ def _train(data: Path, root: Path, steps: int, overrides: list[str]) -> Path:
     if checkpoint is not None and (checkpoint.parents[1] / "train_seconds.txt").is_file():
         return checkpoint
     start = time.perf_counter()
-    args = ["show_attend.cli", "fit", "--config", "configs/show_attend/demo.yaml", "--data.data_dir", str(data),
-            "--trainer.default_root_dir", str(root), "--trainer.max_steps", str(steps), "--trainer.check_val_every_n_epoch", "10000",
-            "--trainer.enable_progress_bar", "false", *overrides]
+    args = [
+        "show_attend.cli",
+        "fit",
+        "--config",
+        "configs/show_attend/demo.yaml",
+        "--data.data_dir",
+        str(data),
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.max_steps",
+        str(steps),
+        "--trainer.check_val_every_n_epoch",
+        "10000",
+        "--trainer.enable_progress_bar",
+        "false",
+        *overrides,
+    ]
     print("   $ " + " ".join(args), flush=True)
     if subprocess.run([sys.executable, "-m", *args], cwd=ROOT).returncode != 0:
         raise SystemExit("faithfulness: training failed")
@@ -105,12 +119,16 @@ def score(model, records: list) -> dict:
 
 
 def _table(results: dict[str, dict]) -> str:
-    lines = ["| model | pointing: attention | pointing: occlusion | peaks differ | attention peak in top 3 | rank corr. | drop at peak / random |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | pointing: attention | pointing: occlusion | peaks differ | attention peak in top 3 | rank corr. | drop at peak / random |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['pointing_attention']:.3f} | {r['pointing_occlusion']:.3f} | {r['peaks_differ']:.3f} | "
-                     f"{r['attention_peak_in_top3']:.3f} | {r['rank_correlation']:.3f} | "
-                     f"{r['drop_at_attention_peak']:.3f} / {r['drop_at_random_cell']:.3f} |")
+        lines.append(
+            f"| {name} | {r['pointing_attention']:.3f} | {r['pointing_occlusion']:.3f} | {r['peaks_differ']:.3f} | "
+            f"{r['attention_peak_in_top3']:.3f} | {r['rank_correlation']:.3f} | "
+            f"{r['drop_at_attention_peak']:.3f} / {r['drop_at_random_cell']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -125,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     from show_attend.infer.caption import load_captioner
 
     if not (args.data / "dataset_shapes.json").is_file():
-        if subprocess.run([sys.executable, "-m", "show_attend.cli", "prepare", "shapes", "--out", str(args.data), "--quiet"], cwd=ROOT).returncode:
+        if subprocess.run(
+            [sys.executable, "-m", "show_attend.cli", "prepare", "shapes", "--out", str(args.data), "--quiet"], cwd=ROOT
+        ).returncode:
             raise SystemExit("faithfulness: could not make the shapes data")
     images = args.images or (50 if args.quick else 300)
     records = [r for r in read_karpathy(args.data / "dataset_shapes.json", args.data / "images") if r.split == "test"][:images]
@@ -134,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         models = dict(item.split("=", 1) for item in args.ckpt)
     else:
         steps = 400 if args.quick else 1200
-        models = {name: _train(args.data, out / "runs" / name.replace(", ", "_").replace(" ", ""), steps, overrides)
-                  for name, overrides in VARIANTS.items()}
+        models = {
+            name: _train(args.data, out / "runs" / name.replace(", ", "_").replace(" ", ""), steps, overrides)
+            for name, overrides in VARIANTS.items()
+        }
     results = {name: score(load_captioner(path).eval(), records) for name, path in models.items()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "faithfulness.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -34,10 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Benchmark sizes for a rehearsal on a CPU: every code path of the full run, in seconds.
 _TINY_BENCH = {
-    "captioner": dict(batch=2, grid=4, size=64, vocab=200, min_len=5, max_len=5, train_repeats=1, beam_images=3,
-                      epoch_images=8, epoch_batches=1),
-    "recognizer": dict(batch=2, min_frames=100, max_frames=200, train_repeats=1, beam_utterances=3, beam_max_frames=200,
-                       epoch_utterances=100),
+    "captioner": dict(
+        batch=2, grid=4, size=64, vocab=200, min_len=5, max_len=5, train_repeats=1, beam_images=3, epoch_images=8, epoch_batches=1
+    ),
+    "recognizer": dict(
+        batch=2, min_frames=100, max_frames=200, train_repeats=1, beam_utterances=3, beam_max_frames=200, epoch_utterances=100
+    ),
 }
 
 # The CPU figures the GPU's are compared with: (name, regular expression over docs/BENCHMARKS.md,
@@ -46,7 +48,11 @@ _BEAM_ROW = r"\| speedup_batched_beam, {what}, fp32 \| \*\*[\d.]+x\*\* \(([\d.]+
 _CPU_FIGURES = {
     "captioner": [
         ("train_step_fp32_s", r"\| training step, keys precomputed once per image, fp32 \| \*\*([\d.]+) s\*\*", 1),
-        ("train_step_bf16_s", r"\| training step, keys precomputed once per image, fp32 \|.*\n\| same under bf16 autocast \| ([\d.]+) s", 1),
+        (
+            "train_step_bf16_s",
+            r"\| training step, keys precomputed once per image, fp32 \|.*\n\| same under bf16 autocast \| ([\d.]+) s",
+            1,
+        ),
         ("beam_batched_fp32_s", _BEAM_ROW.format(what="100 images"), 1),
         ("beam_one_at_a_time_fp32_s", _BEAM_ROW.format(what="100 images"), 2),
     ],
@@ -78,15 +84,26 @@ def environment() -> dict:
     """Python, torch, CUDA and the device, as the machine reports them."""
     import torch
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda_build": torch.version.cuda,
-           "cuda_available": torch.cuda.is_available(), "cpu_cores": len(os.sched_getaffinity(0)), "host": platform.node()}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu_cores": len(os.sched_getaffinity(0)),
+        "host": platform.node(),
+    }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        env.update(device=props.name, device_memory_gib=round(props.total_memory / 2**30, 1),
-                   multiprocessors=props.multi_processor_count, cudnn=torch.backends.cudnn.version())
+        env.update(
+            device=props.name,
+            device_memory_gib=round(props.total_memory / 2**30, 1),
+            multiprocessors=props.multi_processor_count,
+            cudnn=torch.backends.cudnn.version(),
+        )
         try:
-            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=20).stdout.strip()
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             env["driver"] = None
     return env
@@ -114,9 +131,17 @@ def loss_curve(run: Path, app: str, csv_path: Path, steps: int, min_drop: float)
     drop = (first - last) / abs(first)
     reached = values[-1][0] + 1
     checks = {"finite": not non_finite, "reached_steps": reached >= 0.9 * steps, "fell_enough": drop >= min_drop}
-    return {"ok": all(checks.values()), **checks, "first_fifth_loss": round(first, 4), "last_fifth_loss": round(last, 4),
-            "drop": round(drop, 4), "min_drop": min_drop, "last_step": values[-1][0], "logged": len(values),
-            "first_non_finite_step": non_finite[0] if non_finite else None}
+    return {
+        "ok": all(checks.values()),
+        **checks,
+        "first_fifth_loss": round(first, 4),
+        "last_fifth_loss": round(last, 4),
+        "drop": round(drop, 4),
+        "min_drop": min_drop,
+        "last_step": values[-1][0],
+        "logged": len(values),
+        "first_non_finite_step": non_finite[0] if non_finite else None,
+    }
 
 
 def cpu_figures(app: str, benchmarks: Path) -> dict:
@@ -135,8 +160,10 @@ def measured_figures(app: str, results: dict) -> dict:
     train, beam = results["train_step"], results["beam"]["fp32"]
     figures = {"beam_batched_fp32_s": beam["batched_seconds"], "beam_one_at_a_time_fp32_s": beam["one_at_a_time_seconds"]}
     if app == "captioner":
-        figures.update(train_step_fp32_s=train["precomputed_keys"]["step_seconds"],
-                       train_step_bf16_s=train["precomputed_keys_bf16"]["step_seconds"])
+        figures.update(
+            train_step_fp32_s=train["precomputed_keys"]["step_seconds"],
+            train_step_bf16_s=train["precomputed_keys_bf16"]["step_seconds"],
+        )
     else:
         figures["train_step_fp32_s"] = train["step_seconds"]
     return figures
@@ -151,10 +178,16 @@ def bench_report(app: str, output: Path, benchmarks: Path) -> dict:
     measured, cpu = measured_figures(app, results), cpu_figures(app, benchmarks)
     speedups = {name: round(cpu[name] / seconds, 2) for name, seconds in measured.items() if name in cpu and seconds > 0}
     beam = results["beam"]
-    return {"ok": True, "machine": results["machine"], "quick": results["quick"], "seconds": {k: round(v, 4) for k, v in measured.items()},
-            "cpu_docs_seconds": cpu, "cpu_docs_over_this": speedups,
-            "speedup_batched_beam": {p: round(beam[p]["speedup_batched_beam"], 2) for p in ("fp32", "bf16")},
-            "matmul_gflop_per_s": {"fp32": round(results["matmul_gflop_per_s"]), "bf16": round(results["matmul_gflop_per_s_bf16"])}}
+    return {
+        "ok": True,
+        "machine": results["machine"],
+        "quick": results["quick"],
+        "seconds": {k: round(v, 4) for k, v in measured.items()},
+        "cpu_docs_seconds": cpu,
+        "cpu_docs_over_this": speedups,
+        "speedup_batched_beam": {p: round(beam[p]["speedup_batched_beam"], 2) for p in ("fp32", "bf16")},
+        "matmul_gflop_per_s": {"fp32": round(results["matmul_gflop_per_s"]), "bf16": round(results["matmul_gflop_per_s_bf16"])},
+    }
 
 
 def tiny_bench(app: str, device: str) -> int:
@@ -172,8 +205,11 @@ def recognizer_run(run: Path, batch: int, csv_path: Path) -> dict:
     for path in sorted(run.glob("**/metrics.csv")):
         with path.open() as f:
             rows += list(csv.DictReader(f))
-    validations = [(int(r["step"]), float(r["val/fit_seconds"]), float(r["val/cer"]), float(r.get("val/wer") or "nan"))
-                   for r in rows if r.get("val/cer") and r.get("val/fit_seconds")]
+    validations = [
+        (int(r["step"]), float(r["val/fit_seconds"]), float(r["val/cer"]), float(r.get("val/wer") or "nan"))
+        for r in rows
+        if r.get("val/cer") and r.get("val/fit_seconds")
+    ]
     step_seconds = [float(r["train/seconds_per_step"]) for r in rows if r.get("train/seconds_per_step")]
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -184,10 +220,18 @@ def recognizer_run(run: Path, batch: int, csv_path: Path) -> dict:
         return {"ok": False, "why": f"no validation or step times logged under {run}", "logged_losses": len(losses)}
     median = sorted(step_seconds)[len(step_seconds) // 2]
     best = min(validations, key=lambda v: v[2])
-    return {"ok": all(math.isfinite(v) for v in losses), "steps": max(int(r["step"]) for r in rows) + 1,
-            "median_seconds_per_step": round(median, 4), "utterances_per_second": round(batch / median, 1),
-            "validations": len(validations), "last_val_cer": validations[-1][2], "last_val_fit_seconds": validations[-1][1],
-            "best_val_cer": best[2], "best_at_step": best[0], "losses_finite": all(math.isfinite(v) for v in losses)}
+    return {
+        "ok": all(math.isfinite(v) for v in losses),
+        "steps": max(int(r["step"]) for r in rows) + 1,
+        "median_seconds_per_step": round(median, 4),
+        "utterances_per_second": round(batch / median, 1),
+        "validations": len(validations),
+        "last_val_cer": validations[-1][2],
+        "last_val_fit_seconds": validations[-1][1],
+        "best_val_cer": best[2],
+        "best_at_step": best[0],
+        "losses_finite": all(math.isfinite(v) for v in losses),
+    }
 
 
 def score_devsets(ckpt: str, devsets: Path, device: str, json_path: Path) -> dict:
@@ -255,8 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stage":
         stages = _load(args.summary).get("stages", {})
         outcome = "skipped" if args.limit == 0 else "timed out" if args.rc in (124, 137) else "ok" if args.rc == 0 else "failed"
-        stages[args.name] = {"outcome": outcome, "rc": args.rc, "seconds": args.seconds, "limit_s": args.limit,
-                             **({"note": args.note} if args.note else {})}
+        stages[args.name] = {
+            "outcome": outcome,
+            "rc": args.rc,
+            "seconds": args.seconds,
+            "limit_s": args.limit,
+            **({"note": args.note} if args.note else {}),
+        }
         record(args.summary, "stages", stages)
         return 0
     if args.command == "tinybench":
@@ -276,8 +325,11 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, RuntimeError, OSError) as err:
             result = {"ok": False, "why": str(err).splitlines()[0]}
         else:
-            result = {"ok": True, **{k: v for k, v in result.items() if k != "groups"},
-                      "groups": {g: {m: r[m] for m in ("utterances", "wer", "cer") if m in r} for g, r in result["groups"].items()}}
+            result = {
+                "ok": True,
+                **{k: v for k, v in result.items() if k != "groups"},
+                "groups": {g: {m: r[m] for m in ("utterances", "wer", "cer") if m in r} for g, r in result["groups"].items()},
+            }
         key = "devsets"
     previous = _load(args.summary).get(key, {})
     record(args.summary, key, {**previous, **result})

@@ -149,15 +149,24 @@ def grow_checkpoint(checkpoint: dict, listener_hidden: int, speller_hidden: int,
     """A training checkpoint of the widened model that ``fit --ckpt_path`` resumes: the same step,
     schedule, timer and data position; new sizes in its hyper-parameters; fresh optimizer moments."""
     las = dict(checkpoint["hyper_parameters"]["las"])
-    model = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    model = {k[len("model.") :]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
     grown = grow_state_dict(model, las, listener_hidden, speller_hidden, seed, noise)
-    hyper_parameters = {**checkpoint["hyper_parameters"], "las": {**las, "listener_hidden": listener_hidden, "speller_hidden": speller_hidden}}
+    hyper_parameters = {
+        **checkpoint["hyper_parameters"],
+        "las": {**las, "listener_hidden": listener_hidden, "speller_hidden": speller_hidden},
+    }
     optimizer_states = [{**state, "state": {}} for state in checkpoint["optimizer_states"]]  # Adam starts its moments again
-    return {**checkpoint, "state_dict": {f"model.{k}": v for k, v in grown.items()}, "hyper_parameters": hyper_parameters,
-            "optimizer_states": optimizer_states}
+    return {
+        **checkpoint,
+        "state_dict": {f"model.{k}": v for k, v in grown.items()},
+        "hyper_parameters": hyper_parameters,
+        "optimizer_states": optimizer_states,
+    }
 
 
-def grow_export(source: Path, out: Path, listener_hidden: int, speller_hidden: int, seed: int = 0, noise: float = 0.0) -> tuple[int, int]:
+def grow_export(
+    source: Path, out: Path, listener_hidden: int, speller_hidden: int, seed: int = 0, noise: float = 0.0
+) -> tuple[int, int]:
     """Widen an exported model into the folder ``out`` (weights and settings; no language model):
     its weight counts before and after."""
     files = load_model_files(source, "speech-attend")  # names a missing, corrupt or foreign folder
@@ -165,10 +174,16 @@ def grow_export(source: Path, out: Path, listener_hidden: int, speller_hidden: i
     if not isinstance(las, dict):
         raise CheckpointError(f"{source}: not a speech-attend model (no las settings)")
     grown = grow_state_dict(files.state_dict, las, listener_hidden, speller_hidden, seed, noise)
-    export_folder(out, "speech-attend", grown, {**files.hyper_parameters, "las": {**las, "listener_hidden": listener_hidden,
-                                                                                   "speller_hidden": speller_hidden}})
-    return (sum(v.numel() for k, v in files.state_dict.items() if "frontend" not in k),
-            sum(v.numel() for k, v in grown.items() if "frontend" not in k))
+    export_folder(
+        out,
+        "speech-attend",
+        grown,
+        {**files.hyper_parameters, "las": {**las, "listener_hidden": listener_hidden, "speller_hidden": speller_hidden}},
+    )
+    return (
+        sum(v.numel() for k, v in files.state_dict.items() if "frontend" not in k),
+        sum(v.numel() for k, v in grown.items() if "frontend" not in k),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listener-hidden", type=int, required=True, help="new units per listener direction (H to 2H)")
     parser.add_argument("--speller-hidden", type=int, required=True, help="new speller units (S to 2S)")
     parser.add_argument("--seed", type=int, default=0, help="which units are copied")
-    parser.add_argument("--noise", type=float, default=0.01, help="noise on the copies' incoming weights, times each matrix's std")
+    parser.add_argument(
+        "--noise", type=float, default=0.01, help="noise on the copies' incoming weights, times each matrix's std"
+    )
     args = parser.parse_args(argv)
     if args.ckpt.is_dir():
         try:

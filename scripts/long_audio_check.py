@@ -68,11 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     single_references = [references[p.name.removesuffix(".flac")] for p in singles]
     long_texts = [r.text for r in long_results]
     audio = sum(r.duration_s for r in long_results)
-    print(f"{len(long_files)} long files ({audio:.0f} s of audio, max chunk {transcriber.max_chunk_seconds} s, "
-          f"{sum(r.chunks for r in long_results)} chunks, decoded in {long_seconds:.0f} s)")
-    print(f"  long files        WER {jiwer.wer(long_references, long_texts):.4f}  CER {jiwer.cer(long_references, long_texts):.4f}")
-    print(f"  one file each     WER {jiwer.wer(single_references, single_texts):.4f}  CER {jiwer.cer(single_references, single_texts):.4f}"
-          f"  ({len(singles)} utterances)")
+    print(
+        f"{len(long_files)} long files ({audio:.0f} s of audio, max chunk {transcriber.max_chunk_seconds} s, "
+        f"{sum(r.chunks for r in long_results)} chunks, decoded in {long_seconds:.0f} s)"
+    )
+    print(
+        f"  long files        WER {jiwer.wer(long_references, long_texts):.4f}  CER {jiwer.cer(long_references, long_texts):.4f}"
+    )
+    print(
+        f"  one file each     WER {jiwer.wer(single_references, single_texts):.4f}  CER {jiwer.cer(single_references, single_texts):.4f}"
+        f"  ({len(singles)} utterances)"
+    )
     return 0
 
 

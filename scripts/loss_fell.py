@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     last = sum(v for _, v in values[-fifth:]) / fifth
     drop = (first - last) / abs(first)
     ok = drop >= args.min_drop
-    print(f"{args.run_dir.name}: {args.column} {first:.3f} (first steps) -> {last:.3f} (last steps up to {values[-1][0]}), "
-          f"drop {drop:.0%}: {'OK' if ok else 'DID NOT FALL ENOUGH'}")
+    print(
+        f"{args.run_dir.name}: {args.column} {first:.3f} (first steps) -> {last:.3f} (last steps up to {values[-1][0]}), "
+        f"drop {drop:.0%}: {'OK' if ok else 'DID NOT FALL ENOUGH'}"
+    )
     return 0 if ok else 1
 
 

@@ -23,8 +23,16 @@ from torch.profiler import profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-MATRIX_PRODUCTS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_slow_conv2d_forward",
-                   "aten::mkldnn_convolution", "aten::convolution"}
+MATRIX_PRODUCTS = {
+    "aten::addmm",
+    "aten::mm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::addbmm",
+    "aten::_slow_conv2d_forward",
+    "aten::mkldnn_convolution",
+    "aten::convolution",
+}
 TARGETS = {"captioner": 8.0, "recognizer": 5.0}  # the speedups of batched beam search asked of each app
 
 
@@ -91,10 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     products = sum(e.self_cpu_time_total for e in events if e.key in MATRIX_PRODUCTS) / 1e6
     profiled = sum(e.self_cpu_time_total for e in events) / 1e6
     budget = single_seconds / target
-    print(f"{args.app}: batched {batched_seconds:.2f} s, one at a time {single_seconds:.2f} s: "
-          f"{single_seconds / batched_seconds:.2f}x ({torch.get_num_threads()} threads)")
-    print(f"budget for {target:g}x: {budget:.2f} s; matrix-product kernels alone: {products:.2f} s "
-          f"(of {profiled:.2f} s profiled) -> {'within' if products <= budget else 'OVER'} the budget")
+    print(
+        f"{args.app}: batched {batched_seconds:.2f} s, one at a time {single_seconds:.2f} s: "
+        f"{single_seconds / batched_seconds:.2f}x ({torch.get_num_threads()} threads)"
+    )
+    print(
+        f"budget for {target:g}x: {budget:.2f} s; matrix-product kernels alone: {products:.2f} s "
+        f"(of {profiled:.2f} s profiled) -> {'within' if products <= budget else 'OVER'} the budget"
+    )
     print(f"\n  {'operator':<34}{'self s':>8}{'calls':>8}")
     for event in events[: args.top]:
         print(f"  {event.key:<34}{event.self_cpu_time_total / 1e6:>8.3f}{event.count:>8}")

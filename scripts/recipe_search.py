@@ -55,119 +55,228 @@ SPEECH_ATTEND = [sys.executable, "-m", "speech_attend.cli"]
 # name -> (what differs from the base, its overrides). The base is broad_las.yaml as written.
 CANDIDATES: dict[str, tuple[str, list[str]]] = {
     "A": ("base: listener 128, speller 256, attention 64 (the demo's sizes, 1.9 M weights), batch 16", []),
-    "S": ("smaller: listener 96, speller 192, attention 48, embedding 48", [
-        "--model.las.listener_hidden", "96", "--model.las.speller_hidden", "192",
-        "--model.las.attention_dim", "48", "--model.las.embedding_dim", "48"]),
-    "L": ("larger: listener 192, speller 384, attention 96", [
-        "--model.las.listener_hidden", "192", "--model.las.speller_hidden", "384", "--model.las.attention_dim", "96"]),
+    "S": (
+        "smaller: listener 96, speller 192, attention 48, embedding 48",
+        [
+            "--model.las.listener_hidden",
+            "96",
+            "--model.las.speller_hidden",
+            "192",
+            "--model.las.attention_dim",
+            "48",
+            "--model.las.embedding_dim",
+            "48",
+        ],
+    ),
+    "L": (
+        "larger: listener 192, speller 384, attention 96",
+        ["--model.las.listener_hidden", "192", "--model.las.speller_hidden", "384", "--model.las.attention_dim", "96"],
+    ),
     "B32": ("batch 32 (half the updates, twice the utterances each)", ["--data.batch_size", "32"]),
     "F60": ("60 ms listener frames (3 stacked, not 4)", ["--model.las.input_stack", "3"]),
-    "C0": ("conditions from the first step (no clean start)", [
-        "--data.augment.start_step", "0", "--data.augment.ramp_steps", "0"]),
-    "CTC": ("CTC weight 0.3 throughout (not 0.5 falling to 0.3)", [
-        "--model.ctc_weight", "0.3", "--model.ctc_weight_final", "0.3"]),
+    "C0": (
+        "conditions from the first step (no clean start)",
+        ["--data.augment.start_step", "0", "--data.augment.ramp_steps", "0"],
+    ),
+    "CTC": (
+        "CTC weight 0.3 throughout (not 0.5 falling to 0.3)",
+        ["--model.ctc_weight", "0.3", "--model.ctc_weight_final", "0.3"],
+    ),
     "NSF": ("no shortest-first epoch", ["--data.curriculum_epochs", "0"]),
-    "UM": ("each utterance's mean log-mel over its loud frames taken out (features.utterance_mean)", [
-        "--model.features.utterance_mean", "true"]),
-    "UQ": ("UM without the bit-depth rounding and the sounds without speech (0.3 and 0.03 in broad_las.yaml): the "
-           "conditions of the first long run, whose validation CER fell faster", [
-        "--model.features.utterance_mean", "true", "--data.augment.quantize_prob", "0", "--data.augment.non_speech_prob", "0"]),
+    "UM": (
+        "each utterance's mean log-mel over its loud frames taken out (features.utterance_mean)",
+        ["--model.features.utterance_mean", "true"],
+    ),
+    "UQ": (
+        "UM without the bit-depth rounding and the sounds without speech (0.3 and 0.03 in broad_las.yaml): the "
+        "conditions of the first long run, whose validation CER fell faster",
+        ["--model.features.utterance_mean", "true", "--data.augment.quantize_prob", "0", "--data.augment.non_speech_prob", "0"],
+    ),
 }
 
 # Stage two: what the long run under-sampled, tried from its last checkpoint (``--from``). The
 # base of both is the conditions' babble share: a quarter of the draws at 0-30 dB left babble at
 # 10 dB 2.3x the clean WER.
 STAGE_TWO: dict[str, tuple[str, list[str]]] = {
-    "FC": ("from the long run: babble in 42% of the draws (not 25%) at 0-20 dB (not 0-30)", [
-        "--data.augment.noise_prob", "0.6", "--data.augment.babble_prob", "0.7", "--data.augment.snr_db", "[0,20]"]),
+    "FC": (
+        "from the long run: babble in 42% of the draws (not 25%) at 0-20 dB (not 0-30)",
+        ["--data.augment.noise_prob", "0.6", "--data.augment.babble_prob", "0.7", "--data.augment.snr_db", "[0,20]"],
+    ),
 }
-STAGE_TWO["FS"] = ("FC and SpecAugment (2 masks of up to 15 mel bands, 2 of up to 40 frames)", [
-    *STAGE_TWO["FC"][1], "--model.features.freq_masks", "2", "--model.features.freq_mask_width", "15",
-    "--model.features.time_masks", "2"])
-STAGE_TWO["FQ"] = ("FC and quiet files: gain in 60% of the draws (not 50%) down to -56 dB, 12-16-bit rounding in 50% (not 8-16 in 30%)", [
-    *STAGE_TWO["FC"][1], "--data.augment.gain_prob", "0.6", "--data.augment.gain_db", "[-56,6]",
-    "--data.augment.quantize_prob", "0.5", "--data.augment.quantize_bits", "[12,16]"])
+STAGE_TWO["FS"] = (
+    "FC and SpecAugment (2 masks of up to 15 mel bands, 2 of up to 40 frames)",
+    [
+        *STAGE_TWO["FC"][1],
+        "--model.features.freq_masks",
+        "2",
+        "--model.features.freq_mask_width",
+        "15",
+        "--model.features.time_masks",
+        "2",
+    ],
+)
+STAGE_TWO["FQ"] = (
+    "FC and quiet files: gain in 60% of the draws (not 50%) down to -56 dB, 12-16-bit rounding in 50% (not 8-16 in 30%)",
+    [
+        *STAGE_TWO["FC"][1],
+        "--data.augment.gain_prob",
+        "0.6",
+        "--data.augment.gain_db",
+        "[-56,6]",
+        "--data.augment.quantize_prob",
+        "0.5",
+        "--data.augment.quantize_bits",
+        "[12,16]",
+    ],
+)
 for _floor in (-60, -50, -45):  # the -50 dB recordings: a front end whose noise floor hides 16-bit rounding
-    STAGE_TWO[f"FN{-_floor}"] = (f"FQ and a noise floor at {_floor} dBFS under the log-mel (features.noise_floor_dbfs)", [
-        *STAGE_TWO["FQ"][1], "--model.features.noise_floor_dbfs", str(_floor)])
+    STAGE_TWO[f"FN{-_floor}"] = (
+        f"FQ and a noise floor at {_floor} dBFS under the log-mel (features.noise_floor_dbfs)",
+        [*STAGE_TWO["FQ"][1], "--model.features.noise_floor_dbfs", str(_floor)],
+    )
 STAGE_TWO["FR"] = ("FQ and rooms in 45% of the draws (not 30%)", [*STAGE_TWO["FQ"][1], "--data.augment.reverb_prob", "0.45"])
-STAGE_TWO["G"] = ("FR, its listener grown to 256 units per direction (scripts/grow_recognizer.py: from the checkpoint it writes)", [
-    *STAGE_TWO["FR"][1], "--model.las.listener_hidden", "256"])
+STAGE_TWO["G"] = (
+    "FR, its listener grown to 256 units per direction (scripts/grow_recognizer.py: from the checkpoint it writes)",
+    [*STAGE_TWO["FR"][1], "--model.las.listener_hidden", "256"],
+)
 STAGE_TWO["FR2"] = ("FR going on: its conditions, the schedule stretched again (from FR's last checkpoint)", STAGE_TWO["FR"][1])
 STAGE_TWO["G2"] = ("G going on: its conditions, the schedule stretched again (from G's last checkpoint)", STAGE_TWO["G"][1])
-STAGE_TWO["G3"] = ("G2 going on with twice the sounds without speech (6% of the draws, not 3%): G2 wrote words for a 1-s tone", [
-    *STAGE_TWO["G"][1], "--data.augment.non_speech_prob", "0.06"])
+STAGE_TWO["G3"] = (
+    "G2 going on with twice the sounds without speech (6% of the draws, not 3%): G2 wrote words for a 1-s tone",
+    [*STAGE_TWO["G"][1], "--data.augment.non_speech_prob", "0.06"],
+)
 STAGE_TWO["G4"] = ("G3 going on: its conditions, the schedule stretched again (from G3's last checkpoint)", STAGE_TWO["G3"][1])
-STAGE_TWO["G4B"] = ("G4 with babble in 64% of the draws (not 42%) at 0-15 dB (not 0-20): babble at 10 dB was 2.05x clean", [
-    *STAGE_TWO["G3"][1], "--data.augment.noise_prob", "0.8", "--data.augment.babble_prob", "0.8", "--data.augment.snr_db", "[0,15]"])
-STAGE_TWO["H"] = ("G3's weights (the export) going on: its conditions, a new schedule peaking at 2e-4", [
-    *STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002"])
-STAGE_TWO["HS"] = ("H with the speller grown to 512 units (grow_recognizer.py from the export; from the folder it writes)", [
-    *STAGE_TWO["H"][1], "--model.las.speller_hidden", "512"])
-STAGE_TWO["HF"] = ("H with another voice for a quarter of the utterances: pitch +5 to +12 semitones, formants x1.14-1.26 "
-                   "(Flite's and Festival's worst voice is the female slt)", [*STAGE_TWO["H"][1], "--data.augment.voice_shift_prob", "0.25"])
+STAGE_TWO["G4B"] = (
+    "G4 with babble in 64% of the draws (not 42%) at 0-15 dB (not 0-20): babble at 10 dB was 2.05x clean",
+    [
+        *STAGE_TWO["G3"][1],
+        "--data.augment.noise_prob",
+        "0.8",
+        "--data.augment.babble_prob",
+        "0.8",
+        "--data.augment.snr_db",
+        "[0,15]",
+    ],
+)
+STAGE_TWO["H"] = (
+    "G3's weights (the export) going on: its conditions, a new schedule peaking at 2e-4",
+    [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002"],
+)
+STAGE_TWO["HS"] = (
+    "H with the speller grown to 512 units (grow_recognizer.py from the export; from the folder it writes)",
+    [*STAGE_TWO["H"][1], "--model.las.speller_hidden", "512"],
+)
+STAGE_TWO["HF"] = (
+    "H with another voice for a quarter of the utterances: pitch +5 to +12 semitones, formants x1.14-1.26 "
+    "(Flite's and Festival's worst voice is the female slt)",
+    [*STAGE_TWO["H"][1], "--data.augment.voice_shift_prob", "0.25"],
+)
 _VOICES_LIGHTER = [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0001", "--data.augment.voice_shift_prob", "0.15"]
-STAGE_TWO["HV"] = ("H's end (its cosine done) going on with another voice for 15% of the utterances, a new cosine peaking at 1e-4 "
-                   "(from H's export)", _VOICES_LIGHTER)
-STAGE_TWO["HFV"] = ("HF's end going on with another voice for 15% of the utterances (not 25%), a new cosine peaking at 1e-4 "
-                    "(from HF's export)", _VOICES_LIGHTER)
-STAGE_TWO["HFC"] = ("HFV's end going on with its conditions, a new cosine peaking at 1e-4 (from HFV's export; HFE's control)",
-                    _VOICES_LIGHTER)
-STAGE_TWO["HFE"] = ("HFC with another timbre for 30% of the utterances: a smooth random equaliser, tilt -2..2 dB an octave "
-                    "and 1-3 peaks or dips of -8..8 dB (Flite's worst voices are its vocoded ones, rms and slt)",
-                    [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.3"])
-STAGE_TWO["HFT"] = ("HFE run longer: HFV's end going on with another timbre for 30% of the utterances (from HFV's export)",
-                    STAGE_TWO["HFE"][1])
-STAGE_TWO["HFT15"] = ("HFT with another timbre for 15% of the utterances (not 30%): HFE lost on eSpeak what it won on Flite",
-                      [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.15"])
-STAGE_TWO["HFS"] = ("HFC with the front end's rounding-noise subtraction (features.rounding_noise, on by default since "
-                    "HFV was trained): HFV's conditions, whose quiet files it now hears as transcribe does", _VOICES_LIGHTER)
+STAGE_TWO["HV"] = (
+    "H's end (its cosine done) going on with another voice for 15% of the utterances, a new cosine peaking at 1e-4 "
+    "(from H's export)",
+    _VOICES_LIGHTER,
+)
+STAGE_TWO["HFV"] = (
+    "HF's end going on with another voice for 15% of the utterances (not 25%), a new cosine peaking at 1e-4 (from HF's export)",
+    _VOICES_LIGHTER,
+)
+STAGE_TWO["HFC"] = (
+    "HFV's end going on with its conditions, a new cosine peaking at 1e-4 (from HFV's export; HFE's control)",
+    _VOICES_LIGHTER,
+)
+STAGE_TWO["HFE"] = (
+    "HFC with another timbre for 30% of the utterances: a smooth random equaliser, tilt -2..2 dB an octave "
+    "and 1-3 peaks or dips of -8..8 dB (Flite's worst voices are its vocoded ones, rms and slt)",
+    [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.3"],
+)
+STAGE_TWO["HFT"] = (
+    "HFE run longer: HFV's end going on with another timbre for 30% of the utterances (from HFV's export)",
+    STAGE_TWO["HFE"][1],
+)
+STAGE_TWO["HFT15"] = (
+    "HFT with another timbre for 15% of the utterances (not 30%): HFE lost on eSpeak what it won on Flite",
+    [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.15"],
+)
+STAGE_TWO["HFS"] = (
+    "HFC with the front end's rounding-noise subtraction (features.rounding_noise, on by default since "
+    "HFV was trained): HFV's conditions, whose quiet files it now hears as transcribe does",
+    _VOICES_LIGHTER,
+)
 _AVERAGED = ["--averaging.decay", "0.999"]
-STAGE_TWO["HFA"] = ("HFS run longer, with the weights' moving average (averaging.decay 0.999; its checkpoint keeps the "
-                    "trained weights too, HFA's raw control)", [*_VOICES_LIGHTER, *_AVERAGED])
-STAGE_TWO["HFA2"] = ("HFA with a cosine peaking at 2e-4 (not 1e-4): the average smooths what the larger steps shake",
-                     [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002", "--data.augment.voice_shift_prob", "0.15", *_AVERAGED])
-STAGE_TWO["HFB"] = ("HFA on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
-                    STAGE_TWO["HFA"][1])
-STAGE_TWO["HFB2"] = ("HFA2 on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
-                     STAGE_TWO["HFA2"][1])
-STAGE_TWO["HFN"] = ("HFB with each utterance's mean log-mel over its loud frames taken out (features.utterance_mean): "
-                    "a fixed colour, as an engine's or a room's, goes", [*STAGE_TWO["HFA"][1], "--model.features.utterance_mean", "true"])
-STAGE_TWO["HFAT"] = ("HFA with HFT's other timbre for 30% of the utterances: on the whole WordNet text (data/broad38) the "
-                     "new sentences for the voices near training, the timbre for the engines never heard",
-                     [*STAGE_TWO["HFA"][1], "--data.augment.timbre_prob", "0.3"])
+STAGE_TWO["HFA"] = (
+    "HFS run longer, with the weights' moving average (averaging.decay 0.999; its checkpoint keeps the "
+    "trained weights too, HFA's raw control)",
+    [*_VOICES_LIGHTER, *_AVERAGED],
+)
+STAGE_TWO["HFA2"] = (
+    "HFA with a cosine peaking at 2e-4 (not 1e-4): the average smooths what the larger steps shake",
+    [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002", "--data.augment.voice_shift_prob", "0.15", *_AVERAGED],
+)
+STAGE_TWO["HFB"] = (
+    "HFA on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
+    STAGE_TWO["HFA"][1],
+)
+STAGE_TWO["HFB2"] = (
+    "HFA2 on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
+    STAGE_TWO["HFA2"][1],
+)
+STAGE_TWO["HFN"] = (
+    "HFB with each utterance's mean log-mel over its loud frames taken out (features.utterance_mean): "
+    "a fixed colour, as an engine's or a room's, goes",
+    [*STAGE_TWO["HFA"][1], "--model.features.utterance_mean", "true"],
+)
+STAGE_TWO["HFAT"] = (
+    "HFA with HFT's other timbre for 30% of the utterances: on the whole WordNet text (data/broad38) the "
+    "new sentences for the voices near training, the timbre for the engines never heard",
+    [*STAGE_TWO["HFA"][1], "--data.augment.timbre_prob", "0.3"],
+)
 # Part of the utterance mean as a fine-tune: HFN (all of it) lost, and at inference alone moving
 # each utterance's colour halfway to the training set's traded eSpeak for Flite.
 for _alpha in (25, 50):
-    STAGE_TWO[f"CS{_alpha}"] = (f"HFA with each utterance's colour moved {_alpha} % of the way to the training set's mean colour "
-                                f"(features.colour_shrink {_alpha / 100:g})",
-                                [*STAGE_TWO["HFA"][1], "--model.features.colour_shrink", str(_alpha / 100)])
-STAGE_TWO["CS25N"] = ("CS25 with sounds without speech in 10% of the draws (not 6%): CS25 on a 3,000-step cosine wrote "
-                       "words for a 1-s tone", [*STAGE_TWO["CS25"][1], "--data.augment.non_speech_prob", "0.1"])
-STAGE_TWO["CS25Q"] = ("CS25N with 14-16-bit rounding in 80% of the draws (not 12-16 in 50%): a quiet 16-bit file, as the "
-                       "-50 dB recordings are, 2.7x as often", [*STAGE_TWO["CS25N"][1], "--data.augment.quantize_prob", "0.8",
-                                                                 "--data.augment.quantize_bits", "[14,16]"])
+    STAGE_TWO[f"CS{_alpha}"] = (
+        f"HFA with each utterance's colour moved {_alpha} % of the way to the training set's mean colour "
+        f"(features.colour_shrink {_alpha / 100:g})",
+        [*STAGE_TWO["HFA"][1], "--model.features.colour_shrink", str(_alpha / 100)],
+    )
+STAGE_TWO["CS25N"] = (
+    "CS25 with sounds without speech in 10% of the draws (not 6%): CS25 on a 3,000-step cosine wrote words for a 1-s tone",
+    [*STAGE_TWO["CS25"][1], "--data.augment.non_speech_prob", "0.1"],
+)
+STAGE_TWO["CS25Q"] = (
+    "CS25N with 14-16-bit rounding in 80% of the draws (not 12-16 in 50%): a quiet 16-bit file, as the "
+    "-50 dB recordings are, 2.7x as often",
+    [*STAGE_TWO["CS25N"][1], "--data.augment.quantize_prob", "0.8", "--data.augment.quantize_bits", "[14,16]"],
+)
 # Babble at 10 dB (2.1x clean) and 16-bit files 50 dB down (1.14x) did not move with more of them
 # in training: the listener is drawn toward hearing each utterance as it hears it without them.
 for _weight in (0.2, 1.0):
     STAGE_TWO[f"CS25K{_weight * 10:g}"] = (
         f"CS25N with the consistency loss at weight {_weight:g} (model.consistency_weight): the listener's states of "
         "the audio under noise, gain, offset and rounding drawn toward its states of the same audio without them",
-        [*STAGE_TWO["CS25N"][1], "--model.consistency_weight", str(_weight)])
+        [*STAGE_TWO["CS25N"][1], "--model.consistency_weight", str(_weight)],
+    )
 # White noise 30 dB under the speech costs the shipped model as much as a 16-bit file 50 dB down
 # (13-14 %), and since FC the conditions draw noise at 0-20 dB only: faint noise is never heard.
-STAGE_TWO["CS25W"] = ("CS25N with noise in 90% of the draws (not 60%) at 0-30 dB (not 0-20): as much noise at 0-20 dB "
-                      "as before, and faint noise at 20-30 dB besides", [
-                          *STAGE_TWO["CS25N"][1], "--data.augment.noise_prob", "0.9", "--data.augment.snr_db", "[0,30]"])
-STAGE_TWO["CS25W40"] = ("CS25N with noise in 90% of the draws (not 60%) at 0-40 dB (not 0-20): faint noise down to 40 dB "
-                        "under the speech", [
-                            *STAGE_TWO["CS25N"][1], "--data.augment.noise_prob", "0.9", "--data.augment.snr_db", "[0,40]"])
+STAGE_TWO["CS25W"] = (
+    "CS25N with noise in 90% of the draws (not 60%) at 0-30 dB (not 0-20): as much noise at 0-20 dB "
+    "as before, and faint noise at 20-30 dB besides",
+    [*STAGE_TWO["CS25N"][1], "--data.augment.noise_prob", "0.9", "--data.augment.snr_db", "[0,30]"],
+)
+STAGE_TWO["CS25W40"] = (
+    "CS25N with noise in 90% of the draws (not 60%) at 0-40 dB (not 0-20): faint noise down to 40 dB under the speech",
+    [*STAGE_TWO["CS25N"][1], "--data.augment.noise_prob", "0.9", "--data.augment.snr_db", "[0,40]"],
+)
 # A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
 # at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
-STAGE_TWO["UF"] = ("UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept "
-                   "(from UM's last checkpoint)", [*STAGE_TWO["FR"][1], *CANDIDATES["UM"][1]])
-STAGE_TWO["UG"] = ("UF with the listener grown to 256 units per direction (grow_recognizer.py: from the checkpoint it writes)",
-                   [*STAGE_TWO["UF"][1], "--model.las.listener_hidden", "256"])
+STAGE_TWO["UF"] = (
+    "UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept (from UM's last checkpoint)",
+    [*STAGE_TWO["FR"][1], *CANDIDATES["UM"][1]],
+)
+STAGE_TWO["UG"] = (
+    "UF with the listener grown to 256 units per direction (grow_recognizer.py: from the checkpoint it writes)",
+    [*STAGE_TWO["UF"][1], "--model.las.listener_hidden", "256"],
+)
 RECIPES = {**CANDIDATES, **STAGE_TWO}
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
@@ -175,10 +284,28 @@ RECIPES = {**CANDIDATES, **STAGE_TWO}
 # first, a clean start, the shortest-first epoch); the CTC weight stays at its final value, and
 # validation decodes as the runs from checkpoints did (greedy, no language model, no length bonus).
 FROM_EXPORT = [
-    "--model.guided_attention", "0", "--model.scheduled_sampling_start", "0", "--model.ctc_weight", "0.3",
-    "--model.ctc_weight_final", "0.3", "--model.optimizer.warmup_steps", "300", "--model.decoding.lm_weight", "0",
-    "--model.decoding.length_bonus", "0", "--model.decoding.beam_size", "8", "--data.augment.start_step", "0",
-    "--data.augment.ramp_steps", "0", "--data.curriculum_epochs", "0",
+    "--model.guided_attention",
+    "0",
+    "--model.scheduled_sampling_start",
+    "0",
+    "--model.ctc_weight",
+    "0.3",
+    "--model.ctc_weight_final",
+    "0.3",
+    "--model.optimizer.warmup_steps",
+    "300",
+    "--model.decoding.lm_weight",
+    "0",
+    "--model.decoding.length_bonus",
+    "0",
+    "--model.decoding.beam_size",
+    "8",
+    "--data.augment.start_step",
+    "0",
+    "--data.augment.ramp_steps",
+    "0",
+    "--data.curriculum_epochs",
+    "0",
 ]
 
 
@@ -207,13 +334,31 @@ def _start(start: Path | None, max_steps: int | None, out: Path, name: str) -> t
     return before, [] if max_steps is None else ["--trainer.max_steps", str(max_steps)]
 
 
-def _train(out: Path, name: str, minutes: float, data: Path | None, start: Path | None = None,
-           max_steps: int | None = None, seed: int | None = None) -> subprocess.Popen:
+def _train(
+    out: Path,
+    name: str,
+    minutes: float,
+    data: Path | None,
+    start: Path | None = None,
+    max_steps: int | None = None,
+    seed: int | None = None,
+) -> subprocess.Popen:
     before, schedule = _start(start, max_steps, out, name)
     overrides = _overrides(name, data) + schedule + ([] if seed is None else ["--seed_everything", str(seed)])
     log = (out / f"{name}.log").open("a")
-    command = [*SPEECH_ATTEND, "fit", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
-               "--trainer.max_time", _max_time(before / 60 + minutes), "--trainer.enable_progress_bar", "false", *overrides]
+    command = [
+        *SPEECH_ATTEND,
+        "fit",
+        "--config",
+        str(CONFIG),
+        "--trainer.default_root_dir",
+        str(out / name),
+        "--trainer.max_time",
+        _max_time(before / 60 + minutes),
+        "--trainer.enable_progress_bar",
+        "false",
+        *overrides,
+    ]
     if (_run_dir(out, name) / "checkpoints" / "last.ckpt").is_file():
         command += ["--ckpt_path", "last"]  # a search stopped half-way goes on
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -230,9 +375,18 @@ def _validate(out: Path, name: str, data: Path | None, start: Path | None = None
     """Score the last checkpoint on the validation utterances (appends a val/cer row to metrics.csv)
     and write ``search_end.json``: its steps, wall and processor seconds, batch, weights and CER."""
     with (out / f"{name}.log").open("a") as log:
-        command = [*SPEECH_ATTEND, "validate", "--config", str(CONFIG), "--trainer.default_root_dir", str(out / name),
-                   *_overrides(name, data), *(FROM_EXPORT if start is not None and start.is_dir() else []),
-                   "--ckpt_path", str(_run_dir(out, name) / "checkpoints" / "last.ckpt")]
+        command = [
+            *SPEECH_ATTEND,
+            "validate",
+            "--config",
+            str(CONFIG),
+            "--trainer.default_root_dir",
+            str(out / name),
+            *_overrides(name, data),
+            *(FROM_EXPORT if start is not None and start.is_dir() else []),
+            "--ckpt_path",
+            str(_run_dir(out, name) / "checkpoints" / "last.ckpt"),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
     record_end(_run_dir(out, name), start)
@@ -245,8 +399,10 @@ def record_end(run: Path, start: Path | None = None) -> dict:
     with (run / "metrics.csv").open(newline="") as file:
         final = [float(r["val/cer"]) for r in csv.DictReader(file) if r.get("val/cer") and not r.get("val/fit_seconds")]
     end = {
-        "steps": int(ckpt["global_step"]), "seconds": float(ckpt.get("fit_seconds", 0.0)),
-        "cpu_seconds": float(ckpt.get("fit_cpu_seconds", 0.0)), "batch": int(ckpt["datamodule_hyper_parameters"]["batch_size"]),
+        "steps": int(ckpt["global_step"]),
+        "seconds": float(ckpt.get("fit_seconds", 0.0)),
+        "cpu_seconds": float(ckpt.get("fit_cpu_seconds", 0.0)),
+        "batch": int(ckpt["datamodule_hyper_parameters"]["batch_size"]),
         "weights": sum(p.numel() for k, p in ckpt["state_dict"].items() if not k.endswith(("mean", "std", "frames"))),
         "final_cer": final[-1],
     }
@@ -273,15 +429,33 @@ def summarise(out: Path, name: str) -> dict | None:
     if not (run / "metrics.csv").is_file() or not (run / SEARCH_END).is_file():
         return None
     end = json.loads((run / SEARCH_END).read_text())
-    first_step, first_seconds, first_cpu = end.get("start_step", 0), end.get("start_seconds", 0.0), end.get("start_cpu_seconds", 0.0)
-    seconds, steps, cpu_seconds, batch = end["seconds"] - first_seconds, end["steps"], end["cpu_seconds"] - first_cpu, end["batch"]
+    first_step, first_seconds, first_cpu = (
+        end.get("start_step", 0),
+        end.get("start_seconds", 0.0),
+        end.get("start_cpu_seconds", 0.0),
+    )
+    seconds, steps, cpu_seconds, batch = (
+        end["seconds"] - first_seconds,
+        end["steps"],
+        end["cpu_seconds"] - first_cpu,
+        end["batch"],
+    )
     with (run / "metrics.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
-    curve = [(float(r["val/fit_seconds"]) - first_seconds, int(r["step"]), float(r["val/cer"]),
-              float(r.get("val/fit_cpu_seconds") or first_cpu) - first_cpu)
-             for r in rows if r.get("val/cer") and r.get("val/fit_seconds") and first_step < int(r["step"]) <= steps]
+    curve = [
+        (
+            float(r["val/fit_seconds"]) - first_seconds,
+            int(r["step"]),
+            float(r["val/cer"]),
+            float(r.get("val/fit_cpu_seconds") or first_cpu) - first_cpu,
+        )
+        for r in rows
+        if r.get("val/cer") and r.get("val/fit_seconds") and first_step < int(r["step"]) <= steps
+    ]
     curve.append((seconds, steps, end["final_cer"], cpu_seconds))  # the last checkpoint's score, after the time ran out
-    curve = sorted({point[1]: point for point in curve}.values())  # one point per step (a stop's validation and the final score coincide)
+    curve = sorted(
+        {point[1]: point for point in curve}.values()
+    )  # one point per step (a stop's validation and the final score coincide)
     weights = end["weights"]
     slope = None
     if len(curve) >= 2:  # CER change per 10 minutes over the last stretch (at most the last third of the time)
@@ -289,12 +463,17 @@ def summarise(out: Path, name: str) -> dict | None:
         first, last = (late[0], late[-1]) if len(late) >= 2 else (curve[-2], curve[-1])  # (seconds, step, cer, cpu)
         slope = (last[2] - first[2]) / max(1.0, last[0] - first[0]) * 600
     return {
-        "name": name, "what": RECIPES[name][0], "weights": weights, "steps": steps, "seconds": round(seconds, 1),
+        "name": name,
+        "what": RECIPES[name][0],
+        "weights": weights,
+        "steps": steps,
+        "seconds": round(seconds, 1),
         "cpu_seconds": round(cpu_seconds, 1),
         "utterances_per_second_per_core": round((steps - first_step) * batch / max(seconds, 1.0), 1),
         "utterances_per_cpu_second": round((steps - first_step) * batch / max(cpu_seconds, 1.0), 1),
         "curve": [{"seconds": round(s, 1), "step": n, "cer": round(c, 4), "cpu_seconds": round(u, 1)} for s, n, c, u in curve],
-        "final_cer": curve[-1][2] if curve else None, "slope_per_10_min": None if slope is None else round(slope, 4),
+        "final_cer": curve[-1][2] if curve else None,
+        "slope_per_10_min": None if slope is None else round(slope, 4),
     }
 
 
@@ -327,23 +506,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "search")
     parser.add_argument("--data", type=Path, default=None, help="corpus folder (default: the config's, data/broad)")
     parser.add_argument("--plot-only", action="store_true", help="only rebuild search.json and search.png")
-    parser.add_argument("--from", dest="start", type=Path,
-                        help="stage two: the checkpoint each candidate goes on from, or an exported folder each starts a new run from")
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=Path,
+        help="stage two: the checkpoint each candidate goes on from, or an exported folder each starts a new run from",
+    )
     parser.add_argument("--max-steps", type=int, help="stage two: the stretched schedule's last step")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="the runs' seed (default: the config's, 0): the first weights and the batches' order; "
-                             "give each seed its own --out")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the runs' seed (default: the config's, 0): the first weights and the batches' order; give each seed its own --out",
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",")] if args.only else list(STAGE_TWO if args.start else CANDIDATES)
     unknown = [n for n in names if n not in RECIPES]
     if unknown:
-        print(f"recipe_search: error: unknown candidates {unknown}; expected some of {list(CANDIDATES)}, "
-              f"or with --from some of {list(STAGE_TWO)}", file=sys.stderr)
+        print(
+            f"recipe_search: error: unknown candidates {unknown}; expected some of {list(CANDIDATES)}, "
+            f"or with --from some of {list(STAGE_TWO)}",
+            file=sys.stderr,
+        )
         return 2
     mixed = [n for n in names if (n in STAGE_TWO) != bool(args.start)]
     if mixed and not args.plot_only:
-        print(f"recipe_search: error: {mixed}: stage-two candidates ({list(STAGE_TWO)}) need --from, the others train "
-              "from the start", file=sys.stderr)
+        print(
+            f"recipe_search: error: {mixed}: stage-two candidates ({list(STAGE_TWO)}) need --from, the others train "
+            "from the start",
+            file=sys.stderr,
+        )
         return 2
     if args.start and not args.start.is_file() and not (args.start / "model.safetensors").is_file():
         print(f"recipe_search: error: --from {args.start}: no such checkpoint or exported folder", file=sys.stderr)
@@ -364,10 +556,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  done in {time.time() - start:.0f} s", flush=True)
     results = [r for r in (summarise(args.out, name) for name in names) if r]
     (args.out / "search.json").write_text(json.dumps(results, indent=1) + "\n")
-    plot(results, args.out / "search.png", "Stage two at equal wall time" if names[0] in STAGE_TWO else "Recipe search at equal wall time")
+    plot(
+        results,
+        args.out / "search.png",
+        "Stage two at equal wall time" if names[0] in STAGE_TWO else "Recipe search at equal wall time",
+    )
     for r in sorted(results, key=lambda r: (r["final_cer"], r["slope_per_10_min"] or 0)):
-        print(f"{r['name']:>4}  CER {r['final_cer']:.3f} after {r['seconds'] / 60:.1f} min, {r['steps']} steps, "
-              f"{r['utterances_per_second_per_core']} utt/s/core, slope {r['slope_per_10_min']} per 10 min: {r['what']}")
+        print(
+            f"{r['name']:>4}  CER {r['final_cer']:.3f} after {r['seconds'] / 60:.1f} min, {r['steps']} steps, "
+            f"{r['utterances_per_second_per_core']} utt/s/core, slope {r['slope_per_10_min']} per 10 min: {r['what']}"
+        )
     return 0
 
 

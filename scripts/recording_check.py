@@ -50,7 +50,9 @@ CONDITIONS = {
 }
 
 
-def check(transcriber: Transcriber, devsets: Path, group: str, work: Path, conditions: list[str] | None = None) -> dict[str, dict]:
+def check(
+    transcriber: Transcriber, devsets: Path, group: str, work: Path, conditions: list[str] | None = None
+) -> dict[str, dict]:
     """WER/CER of one group under each of ``conditions`` (default: all), clean first."""
     utterances = read_librispeech(devsets, [group])
     references = [normalize_text(u.text) for u in utterances]
@@ -69,9 +71,13 @@ def check(transcriber: Transcriber, devsets: Path, group: str, work: Path, condi
         edits = utterance_word_edits(references, texts)
         clean_edits = edits if clean_edits is None else clean_edits  # "clean" comes first
         defined = sum(clean_edits) > 0  # a clean transcript without an error leaves the ratio undefined
-        results[name] = {"utterances": len(paths), **speech_metrics(references, texts), "empty": sum(not t for t in texts),
-                         "wer_ratio": sum(edits) / sum(clean_edits) if defined else None,
-                         "wer_ratio_95": edit_ratio_interval(clean_edits, edits) if defined else None}
+        results[name] = {
+            "utterances": len(paths),
+            **speech_metrics(references, texts),
+            "empty": sum(not t for t in texts),
+            "wer_ratio": sum(edits) / sum(clean_edits) if defined else None,
+            "wer_ratio_95": edit_ratio_interval(clean_edits, edits) if defined else None,
+        }
     return results
 
 
@@ -79,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
     parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups (scripts/speech_devsets.py)")
-    parser.add_argument("--groups", default="espeak_unseen,piper_unseen", help="comma-separated groups (default: espeak_unseen,piper_unseen)")
-    parser.add_argument("--conditions", default=None,
-                        help=f"comma-separated conditions (default: all of {', '.join(CONDITIONS)}); clean always runs")
+    parser.add_argument(
+        "--groups", default="espeak_unseen,piper_unseen", help="comma-separated groups (default: espeak_unseen,piper_unseen)"
+    )
+    parser.add_argument(
+        "--conditions",
+        default=None,
+        help=f"comma-separated conditions (default: all of {', '.join(CONDITIONS)}); clean always runs",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object: group -> condition -> results")
     args = parser.parse_args(argv)
     try:
@@ -106,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'group':<16}{'condition':<10}{'WER':>7}{'CER':>7}{'WER / clean':>13}{'95 % interval':>16}{'empty':>7}")
     for group, by_condition in results.items():
         for name, r in by_condition.items():
-            ratio, interval = ("-", "-") if r["wer_ratio"] is None else (f"{r['wer_ratio']:.3f}", "{:.3f}-{:.3f}".format(*r["wer_ratio_95"]))
+            ratio, interval = (
+                ("-", "-") if r["wer_ratio"] is None else (f"{r['wer_ratio']:.3f}", "{:.3f}-{:.3f}".format(*r["wer_ratio_95"]))
+            )
             print(f"{group:<16}{name:<10}{r['wer']:>7.3f}{r['cer']:>7.3f}{ratio:>13}{interval:>16}{r['empty']:>7}")
     return 0
 

@@ -105,7 +105,7 @@ def _derived_group(out: Path, source: str, name: str, seed: int, condition) -> N
     waves = [load_audio(path, SAMPLE_RATE) for path in clips]
     generator = torch.Generator().manual_seed(seed)
     for i, (path, wave) in enumerate(zip(clips, waves)):
-        others = waves[:i] + waves[i + 1:]
+        others = waves[:i] + waves[i + 1 :]
         changed = condition(wave, others, generator).numpy()
         peak = float(np.abs(changed).max())
         if peak > _MAX_PEAK:
@@ -149,6 +149,7 @@ def _alsa_clips(sounds: Path) -> list[_Clip] | None:
 def _pocketsphinx_clips(data: Path) -> list[list[_Clip]] | None:
     """pocketsphinx-testdata's recordings in ``data``, one list per source (its card names, its LibriVox
     reader, ``goforward.raw``, ``dhd.2934z.raw``); None when any file is missing."""
+
     def clip(name: str, text: str) -> _Clip:
         return _Clip(data / name, text, f"pocketsphinx-testdata: {name}", _LICENCES["pocketsphinx-testdata"])
 
@@ -170,8 +171,10 @@ def _pocketsphinx_clips(data: Path) -> list[list[_Clip]] | None:
 def _committed_clips(folder: Path) -> list[list[_Clip]]:
     """The clips committed in ``folder`` (``clips.json``: file, text, repository, path, commit, licence),
     one speaker each."""
-    return [[_Clip(folder / c["file"], c["text"], f"{c['repository']}:{c['path']}@{c['commit'][:8]}", c["licence"])]
-            for c in json.loads((folder / "clips.json").read_text())]
+    return [
+        [_Clip(folder / c["file"], c["text"], f"{c['repository']}:{c['path']}@{c['commit'][:8]}", c["licence"])]
+        for c in json.loads((folder / "clips.json").read_text())
+    ]
 
 
 def _human_groups(out: Path, sounds: Path, pocketsphinx: Path, committed: Path) -> tuple[dict[str, str], dict[str, list]]:
@@ -193,8 +196,10 @@ def _human_groups(out: Path, sounds: Path, pocketsphinx: Path, committed: Path) 
         speakers = [alsa] + package + _committed_clips(committed)
         sources["human"] = _write_group(out, "human", speakers)
         count = sum(len(clips) for clips in speakers)
-        groups["human"] = (f"human speech, evaluation only: {count} recordings of {len(speakers)} sources (alsa-utils, "
-                           "pocketsphinx-testdata, scripts/benchmarks/human_speech), each its own speaker")
+        groups["human"] = (
+            f"human speech, evaluation only: {count} recordings of {len(speakers)} sources (alsa-utils, "
+            "pocketsphinx-testdata, scripts/benchmarks/human_speech), each its own speaker"
+        )
     return groups, sources
 
 
@@ -207,8 +212,9 @@ def _record_sources(out: Path, sources: dict[str, list]) -> None:
     marker.write_text(json.dumps(listing, indent=1) + "\n")
 
 
-def _with_babble(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator,
-                 snr_db: float = _BABBLE_SNR_DB) -> torch.Tensor:
+def _with_babble(
+    wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator, snr_db: float = _BABBLE_SNR_DB
+) -> torch.Tensor:
     talkers = 3 + int(torch.randint(5, (), generator=generator))  # 3 to 7
     chosen = [others[int(j)] for j in torch.randint(len(others), (talkers,), generator=generator)]
     return add_noise(wave, babble(chosen, wave.numel(), generator), snr_db, SAMPLE_RATE)
@@ -249,9 +255,17 @@ def _synthetic_groups(out: Path, per_group: int, seed: int, engines: bool, espea
     return groups
 
 
-def build(out: Path, per_group: int, seed: int, engines: bool = True, human: Path | None = ALSA_SOUNDS,
-          espeak_only: bool = False, pocketsphinx: Path = POCKETSPHINX_DATA, human_speech: Path = HUMAN_SPEECH,
-          human_only: bool = False) -> dict[str, str]:
+def build(
+    out: Path,
+    per_group: int,
+    seed: int,
+    engines: bool = True,
+    human: Path | None = ALSA_SOUNDS,
+    espeak_only: bool = False,
+    pocketsphinx: Path = POCKETSPHINX_DATA,
+    human_speech: Path = HUMAN_SPEECH,
+    human_only: bool = False,
+) -> dict[str, str]:
     """Write every group into ``out``; returns name -> description (also in ``out/devsets.json``).
     ``human`` is the folder of alsa-utils' speaker-test clips (None: no human groups), ``pocketsphinx``
     the recordings of pocketsphinx-testdata and ``human_speech`` the committed ones (``clips.json``);
@@ -286,8 +300,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"speech_devsets: error: --per-group must be at least 1, got {args.per_group}", file=sys.stderr)
         return 2
     try:
-        groups = build(args.out, args.per_group, args.seed, engines=not args.no_engines, espeak_only=args.espeak_only,
-                       human_only=args.human_only)
+        groups = build(
+            args.out,
+            args.per_group,
+            args.seed,
+            engines=not args.no_engines,
+            espeak_only=args.espeak_only,
+            human_only=args.human_only,
+        )
     except (ValueError, RuntimeError, OSError) as err:
         print(f"speech_devsets: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2

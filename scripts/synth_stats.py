@@ -43,10 +43,14 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 def corpus_statistics(corpus: Path) -> dict:
     """Counts, vocabulary, OOV rates, durations and levels of a prepared corpus."""
     roles = json.loads((corpus / "speakers.json").read_text())
-    texts = {split: [u.text.lower() for u in read_librispeech(corpus, [split])] if (corpus / split).is_dir() else []
-             for split in corpus.SPLITS}
-    stats: dict = {"utterances": {s: len(t) for s, t in texts.items()},
-                   "distinct_words": {s: len({w for t in ts for w in t.split()}) for s, ts in texts.items()}}
+    texts = {
+        split: [u.text.lower() for u in read_librispeech(corpus, [split])] if (corpus / split).is_dir() else []
+        for split in corpus.SPLITS
+    }
+    stats: dict = {
+        "utterances": {s: len(t) for s, t in texts.items()},
+        "distinct_words": {s: len({w for t in ts for w in t.split()}) for s, ts in texts.items()},
+    }
     stats["oov_vs_train_transcripts"] = {s: oov_rates(texts["train"], texts[s]) for s in ("dev", "test") if texts[s]}
     audio: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for split in corpus.SPLITS:

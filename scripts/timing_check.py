@@ -130,8 +130,10 @@ def _paired(truth: list[str], predicted: list[str]) -> list[tuple[int, int, bool
     pairs = []
     for chunk in jiwer.process_words(" ".join(truth), " ".join(predicted)).alignments[0]:
         if chunk.type in ("equal", "substitute"):
-            pairs.extend((i, j, chunk.type == "equal")
-                         for i, j in zip(range(chunk.ref_start_idx, chunk.ref_end_idx), range(chunk.hyp_start_idx, chunk.hyp_end_idx)))
+            pairs.extend(
+                (i, j, chunk.type == "equal")
+                for i, j in zip(range(chunk.ref_start_idx, chunk.ref_end_idx), range(chunk.hyp_start_idx, chunk.hyp_end_idx))
+            )
     return pairs
 
 
@@ -139,9 +141,14 @@ def _summary(errors: list[float]) -> dict:
     if not errors:
         return {"n": 0}
     absolute = np.abs(np.array(errors))
-    return {"n": len(errors), "median_abs_s": round(float(np.median(absolute)), 3),
-            "p90_abs_s": round(float(np.percentile(absolute, 90)), 3), "median_signed_s": round(float(statistics.median(errors)), 3),
-            "within_0.1_s": round(float((absolute <= 0.1).mean()), 3), "within_0.25_s": round(float((absolute <= 0.25).mean()), 3)}
+    return {
+        "n": len(errors),
+        "median_abs_s": round(float(np.median(absolute)), 3),
+        "p90_abs_s": round(float(np.percentile(absolute, 90)), 3),
+        "median_signed_s": round(float(statistics.median(errors)), 3),
+        "within_0.1_s": round(float((absolute <= 0.1).mean()), 3),
+        "within_0.25_s": round(float((absolute <= 0.25).mean()), 3),
+    }
 
 
 def score(clips: list[Clip], transcripts) -> dict:
@@ -165,13 +172,16 @@ def score(clips: list[Clip], transcripts) -> dict:
             if truth[i][1] is None:
                 continue
             matched += same
-            for kinds in (["attention_any", "attention"] if same else ["attention_any"]):
+            for kinds in ["attention_any", "attention"] if same else ["attention_any"]:
                 errors[kinds].append(predicted[j].attention[0] - truth[i][1])
             if predicted[j].ctc is not None:
-                for kinds in (["ctc_any", "ctc"] if same else ["ctc_any"]):
+                for kinds in ["ctc_any", "ctc"] if same else ["ctc_any"]:
                     errors[kinds].append(predicted[j].ctc[0] - truth[i][1])
     return {
-        "files": len(clips), "utterances": utterances, "true_words": true_words, "matched_words": matched,
+        "files": len(clips),
+        "utterances": utterances,
+        "true_words": true_words,
+        "matched_words": matched,
         "no_speech_rate": round(missed / max(1, utterances), 4),
         "utterances_with_a_segment_start": round(found / max(1, utterances), 4),
         "segment_start": _summary(segment_errors),
@@ -185,8 +195,10 @@ def score(clips: list[Clip], transcripts) -> dict:
 def _line(name: str, summary: dict) -> str:
     if not summary["n"]:
         return f"  {name:<22} none"
-    return (f"  {name:<22} n={summary['n']:<5} median |err| {summary['median_abs_s']:.3f} s   p90 {summary['p90_abs_s']:.3f} s   "
-            f"bias {summary['median_signed_s']:+.3f} s   within 0.1 s {summary['within_0.1_s']:.0%}   within 0.25 s {summary['within_0.25_s']:.0%}")
+    return (
+        f"  {name:<22} n={summary['n']:<5} median |err| {summary['median_abs_s']:.3f} s   p90 {summary['p90_abs_s']:.3f} s   "
+        f"bias {summary['median_signed_s']:+.3f} s   within 0.1 s {summary['within_0.1_s']:.0%}   within 0.25 s {summary['within_0.25_s']:.0%}"
+    )
 
 
 def non_speech_clips(out: Path, seconds: list[float], seed: int) -> list[Path]:
@@ -201,8 +213,10 @@ def non_speech_clips(out: Path, seconds: list[float], seed: int) -> list[Path]:
 
     def tones(n: int) -> np.ndarray:  # a random melody: 0.25 s notes over two octaves, three harmonics each, decaying
         t = np.arange(SAMPLE_RATE // 4) / SAMPLE_RATE
-        notes = [sum(np.sin(2 * np.pi * 220 * 2 ** (rng.integers(24) / 12) * k * t) / k for k in (1, 2, 3)) * np.exp(-3 * t)
-                 for _ in range(n // t.size + 1)]
+        notes = [
+            sum(np.sin(2 * np.pi * 220 * 2 ** (rng.integers(24) / 12) * k * t) / k for k in (1, 2, 3)) * np.exp(-3 * t)
+            for _ in range(n // t.size + 1)
+        ]
         return np.concatenate(notes)[:n] / 1.8
 
     kinds = {
@@ -225,15 +239,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
     parser.add_argument("--files", type=int, default=25, help="files to build (default: 25)")
     parser.add_argument("--per-file", type=int, default=4, help="dev utterances joined into each file (default: 4)")
-    parser.add_argument("--pause", type=float, nargs=2, default=(0.4, 1.0), metavar=("MIN", "MAX"),
-                        help="seconds of silence between utterances, drawn uniformly (default: 0.4 1.0)")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        nargs=2,
+        default=(0.4, 1.0),
+        metavar=("MIN", "MAX"),
+        help="seconds of silence between utterances, drawn uniformly (default: 0.4 1.0)",
+    )
     parser.add_argument("--max-chunk-seconds", type=float, default=None, help="as transcribe's (default: the model's)")
     parser.add_argument("--beam-size", type=int, default=None, help="as transcribe's (default: the model's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--text", choices=corpus.TEXTS, default="wordnet",
-                        help="wordnet: the broad corpus's sentences and voices (default); templates: the light corpus's")
-    parser.add_argument("--non-speech-seconds", type=float, nargs="*", default=[1, 5, 20, 60],
-                        help="lengths of the sounds without speech (default: 1 5 20 60; none: skip them)")
+    parser.add_argument(
+        "--text",
+        choices=corpus.TEXTS,
+        default="wordnet",
+        help="wordnet: the broad corpus's sentences and voices (default); templates: the light corpus's",
+    )
+    parser.add_argument(
+        "--non-speech-seconds",
+        type=float,
+        nargs="*",
+        default=[1, 5, 20, 60],
+        help="lengths of the sounds without speech (default: 1 5 20 60; none: skip them)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     if args.files < 1 or args.per_file < 1 or not 0 <= args.pause[0] <= args.pause[1]:
@@ -253,13 +282,22 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             transcripts.append(result)
         sounds = non_speech_clips(Path(tmp), args.non_speech_seconds, args.seed)
-        heard = {path.stem: result.text if not isinstance(result, ValueError) else f"error: {result}"
-                 for path, result in zip(sounds, transcriber.transcribe_many(sounds))}
-    results = {"ckpt": str(args.ckpt), "max_chunk_seconds": transcriber.max_chunk_seconds, **score(clips, transcripts),
-               "non_speech_files": len(heard), "non_speech_with_words": {name: text for name, text in heard.items() if text}}
-    print(f"{results['files']} files of {args.per_file} utterances ({results['utterances']} utterances, "
-          f"{sum(t.duration_s for t in transcripts):.0f} s, max chunk {transcriber.max_chunk_seconds} s); "
-          f"{results['matched_words']} of {results['true_words']} timed words recognised")
+        heard = {
+            path.stem: result.text if not isinstance(result, ValueError) else f"error: {result}"
+            for path, result in zip(sounds, transcriber.transcribe_many(sounds))
+        }
+    results = {
+        "ckpt": str(args.ckpt),
+        "max_chunk_seconds": transcriber.max_chunk_seconds,
+        **score(clips, transcripts),
+        "non_speech_files": len(heard),
+        "non_speech_with_words": {name: text for name, text in heard.items() if text},
+    }
+    print(
+        f"{results['files']} files of {args.per_file} utterances ({results['utterances']} utterances, "
+        f"{sum(t.duration_s for t in transcripts):.0f} s, max chunk {transcriber.max_chunk_seconds} s); "
+        f"{results['matched_words']} of {results['true_words']} timed words recognised"
+    )
     print(_line("segment start", results["segment_start"]))
     print(f"  utterances with a segment starting within 0.25 s: {results['utterances_with_a_segment_start']:.0%}")
     print(_line("word start, attention", results["word_start_attention"]))

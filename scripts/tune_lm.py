@@ -42,7 +42,9 @@ def grid(text: str, name: str) -> list[float]:
             return [round(start + i * step, 6) for i in range(count)]
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"{name} {text!r}: expected start:stop:step (step > 0, stop >= start) or values separated by commas") from None
+        raise ValueError(
+            f"{name} {text!r}: expected start:stop:step (step > 0, stop >= start) or values separated by commas"
+        ) from None
 
 
 def dev_utterances(data: Path, split: str, groups: str | None, limit: int | None) -> list:
@@ -50,7 +52,9 @@ def dev_utterances(data: Path, split: str, groups: str | None, limit: int | None
     names = [g.strip() for g in groups.split(",") if g.strip()] if groups else [split]
     tests = [name for name in names if "test" in name.lower()]
     if tests:
-        raise ValueError(f"{', '.join(tests)}: refusing to tune on test data; choose the weights on dev, and measure test once after")
+        raise ValueError(
+            f"{', '.join(tests)}: refusing to tune on test data; choose the weights on dev, and measure test once after"
+        )
     utterances = read_librispeech(data, names) if groups else read_corpus(data, split)
     if not utterances:
         raise CorpusError(f"{data}: no utterances in {', '.join(names)}")
@@ -65,8 +69,12 @@ def score(transcriber: Transcriber, utterances: list, lm_weight: float, length_b
     for result in transcriber.transcribe_many([u.audio_path for u in utterances]):
         hypotheses.append("" if isinstance(result, ValueError) else normalize_text(result.text))  # unreadable: empty
     references = [normalize_text(u.text) for u in utterances]
-    return {"lm_weight": lm_weight, "length_bonus": length_bonus, **speech_metrics(references, hypotheses),
-            "seconds": round(time.perf_counter() - start, 1)}
+    return {
+        "lm_weight": lm_weight,
+        "length_bonus": length_bonus,
+        **speech_metrics(references, hypotheses),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def best_of(results: list[dict]) -> dict:
@@ -78,9 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
     parser.add_argument("--lm", default=None, help="a language model folder from fit-lm (default: the model folder's own)")
-    parser.add_argument("--data", required=True, type=Path, help="a corpus folder, or with --groups a folder of evaluation groups")
+    parser.add_argument(
+        "--data", required=True, type=Path, help="a corpus folder, or with --groups a folder of evaluation groups"
+    )
     parser.add_argument("--split", default="dev", help="the corpus split to tune on (default dev; never test)")
-    parser.add_argument("--groups", default=None, help="comma-separated evaluation groups of --data to tune on, instead of --split")
+    parser.add_argument(
+        "--groups", default=None, help="comma-separated evaluation groups of --data to tune on, instead of --split"
+    )
     parser.add_argument("--lm-weights", default="0:1:0.1", help="grid of weights, start:stop:step or a list (default 0:1:0.1)")
     parser.add_argument("--length-bonuses", default="0:2:0.5", help="grid of length bonuses (default 0:2:0.5)")
     parser.add_argument("--max-utterances", type=int, default=None, help="the first N utterances only (default: all)")
@@ -101,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
             for bonus in bonuses:
                 results.append(score(transcriber, utterances, weight, bonus))
                 r = results[-1]
-                print(f"lm {weight:g} bonus {bonus:g}: WER {r['wer']:.4f} CER {r['cer']:.4f} ({r['seconds']} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"lm {weight:g} bonus {bonus:g}: WER {r['wer']:.4f} CER {r['cer']:.4f} ({r['seconds']} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     except (ValueError, RuntimeError, OSError) as err:
         print(f"tune_lm: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -118,10 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{weight:>6g}" + "".join(f"{r['wer']:>10.4f} ({r['cer']:.3f})" for r in cells))
     baseline = next((r for r in results if r["lm_weight"] == 0 and r["length_bonus"] == 0), None)
     change = f"; without the language model WER {baseline['wer']:.4f}" if baseline else ""
-    print(f"best: --lm-weight {best['lm_weight']:g} --length-bonus {best['length_bonus']:g} "
-          f"(WER {best['wer']:.4f}, CER {best['cer']:.4f}{change})")
-    print(f"save it as the default: speech-attend export --ckpt {args.ckpt} --out DIR --lm {args.lm or args.ckpt} "
-          f"--lm-weight {best['lm_weight']:g} --length-bonus {best['length_bonus']:g}")
+    print(
+        f"best: --lm-weight {best['lm_weight']:g} --length-bonus {best['length_bonus']:g} "
+        f"(WER {best['wer']:.4f}, CER {best['cer']:.4f}{change})"
+    )
+    print(
+        f"save it as the default: speech-attend export --ckpt {args.ckpt} --out DIR --lm {args.lm or args.ckpt} "
+        f"--lm-weight {best['lm_weight']:g} --length-bonus {best['length_bonus']:g}"
+    )
     return 0
 
 

@@ -123,8 +123,11 @@ class Attention(nn.Module):
         """
         groups = query.size(0) // memory.values.size(0)
         if query.dim() == 2 and groups > 1:  # beams: K consecutive queries share one memory row
-            context, weights = self(query.view(-1, groups, query.size(-1)), memory,
-                                    None if prev_weights is None else prev_weights.view(-1, groups, prev_weights.size(-1)))
+            context, weights = self(
+                query.view(-1, groups, query.size(-1)),
+                memory,
+                None if prev_weights is None else prev_weights.view(-1, groups, prev_weights.size(-1)),
+            )
             return context.flatten(0, 1), weights.flatten(0, 1)  # (B*K, D_v), (B*K, L)
         scores = self.score(query, memory.projected_keys, prev_weights)  # step 2: score
         mask = memory.mask
@@ -156,7 +159,12 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, score: str = "scaled_dot", key_dim: int | None = None, bias: bool = True,
+        self,
+        embed_dim: int,
+        num_heads: int,
+        score: str = "scaled_dot",
+        key_dim: int | None = None,
+        bias: bool = True,
         key_bias: bool | None = None,
     ):
         super().__init__()
@@ -179,7 +187,11 @@ class MultiHeadAttention(nn.Module):
         return x.reshape(batch * self.num_heads, length, self.head_dim)  # (B*H, T, hd)
 
     def forward(
-        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:

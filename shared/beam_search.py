@@ -150,9 +150,22 @@ class _BeamSearch:
     model and keeps the best candidates, :meth:`finish` returns every sequence's best hypotheses.
     """
 
-    def __init__(self, step_fn: StepFn, state: Any, memory: Any, batch_size: int, beam_size: int, sos: int, eos: int,
-                 limits: list[int], length_penalty: float, keep_attention: bool, must_end: bool,
-                 max_repeats: int | None = None, never: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        step_fn: StepFn,
+        state: Any,
+        memory: Any,
+        batch_size: int,
+        beam_size: int,
+        sos: int,
+        eos: int,
+        limits: list[int],
+        length_penalty: float,
+        keep_attention: bool,
+        must_end: bool,
+        max_repeats: int | None = None,
+        never: tuple[int, ...] = (),
+    ):
         self.step_fn, self.state, self.memory = step_fn, state, memory
         self.K, self.eos, self.limits, self.length_penalty = beam_size, eos, limits, length_penalty
         self.must_end, self.max_repeats = must_end, max_repeats
@@ -185,9 +198,18 @@ class _BeamSearch:
         normalized = length_normalized(score, length + int(finished), self.length_penalty)
         parts = None
         if self.part_history is not None:
-            parts = {name: history[row].tolist() + ([last_parts[name]] if last_parts else []) for name, history in self.part_history.items()}
-        hypothesis = Hypothesis(self.history[row].tolist(), score, normalized, finished, token_scores=self.token_scores[row].tolist(),
-                                part_scores=parts)
+            parts = {
+                name: history[row].tolist() + ([last_parts[name]] if last_parts else [])
+                for name, history in self.part_history.items()
+            }
+        hypothesis = Hypothesis(
+            self.history[row].tolist(),
+            score,
+            normalized,
+            finished,
+            token_scores=self.token_scores[row].tolist(),
+            part_scores=parts,
+        )
         recorded_row = row if self.to_recorded is None else int(self.to_recorded[row])
         self.ended[b].append(_Ended(hypothesis, length, recorded_row))
 
@@ -268,7 +290,13 @@ class _BeamSearch:
                 b = self.active[i]
                 if self.done[b]:
                     continue
-                self._end(b, int(origin_rows[i, j]), float(top_scores[i, j]), True, {name: float(p[i, j]) for name, p in top_parts.items()})
+                self._end(
+                    b,
+                    int(origin_rows[i, j]),
+                    float(top_scores[i, j]),
+                    True,
+                    {name: float(p[i, j]) for name, p in top_parts.items()},
+                )
                 self.done[b] = len(self.ended[b]) >= K
 
         continuing = ~ends
@@ -281,7 +309,9 @@ class _BeamSearch:
         self.state = _select(self.state, state_rows)
         self.expanded = True
         self.history = torch.cat([self.history.index_select(0, rows), self.tokens[:, None]], dim=1)
-        self.token_scores = torch.cat([self.token_scores.index_select(0, rows), top_token_scores.gather(1, pick).view(-1, 1)], dim=1)
+        self.token_scores = torch.cat(
+            [self.token_scores.index_select(0, rows), top_token_scores.gather(1, pick).view(-1, 1)], dim=1
+        )
         if self.part_history is not None:
             self.part_history = {
                 name: torch.cat([h.index_select(0, rows), top_parts[name].gather(1, pick).view(-1, 1)], dim=1)
@@ -356,8 +386,21 @@ def beam_search(
         raise ValueError(f"max_repeats must be None or >= 2 (the tokens in a row that end a hypothesis), got {max_repeats}")
     _check_never(never, eos)
     limits = _per_sequence_limit(max_len, batch_size)
-    search = _BeamSearch(step_fn, state, memory, batch_size, beam_size, sos, eos, limits, length_penalty, return_attention, must_end,
-                         max_repeats, tuple(never))
+    search = _BeamSearch(
+        step_fn,
+        state,
+        memory,
+        batch_size,
+        beam_size,
+        sos,
+        eos,
+        limits,
+        length_penalty,
+        return_attention,
+        must_end,
+        max_repeats,
+        tuple(never),
+    )
     for step in range(max(limits)):
         if not search.retire(step):
             break
@@ -396,8 +439,15 @@ def _first_tensor(nest: Any) -> torch.Tensor | None:
 
 @torch.no_grad()
 def greedy_search(
-    step_fn: StepFn, state: Any, batch_size: int, sos: int, eos: int, max_len: int, memory: Any = None,
-    max_repeats: int | None = None, never: tuple[int, ...] = (),
+    step_fn: StepFn,
+    state: Any,
+    batch_size: int,
+    sos: int,
+    eos: int,
+    max_len: int,
+    memory: Any = None,
+    max_repeats: int | None = None,
+    never: tuple[int, ...] = (),
 ) -> list[list[int]]:
     """Arg-max decoding, the reference that ``beam_search(beam_size=1)`` must equal.
 

@@ -96,8 +96,11 @@ class _SigmoidLayerScore(torch.autograd.Function):
 
 
 def fused_mlp_scores(
-    projected_query: torch.Tensor, projected_keys: torch.Tensor, v: torch.Tensor,
-    location: torch.Tensor | None = None, project_location: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    projected_query: torch.Tensor,
+    projected_keys: torch.Tensor,
+    v: torch.Tensor,
+    location: torch.Tensor | None = None,
+    project_location: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``v^T tanh(q_t + k_i [+ U f_ti])`` as :class:`_SigmoidLayerScore` blocks: `(B, T, L)`.
 

@@ -83,9 +83,7 @@ def reinforce_loss(
     log_p_samples = (sample_log_probs * step_mask).sum(1)  # log p(s~ | a), (B,)
     total_entropy = (entropy * step_mask).sum(1)  # (B,)
     objective = (
-        sequence_log_likelihood
-        + config.reinforce_weight * advantage * log_p_samples
-        + config.entropy_weight * total_entropy
+        sequence_log_likelihood + config.reinforce_weight * advantage * log_p_samples + config.entropy_weight * total_entropy
     )
     return -objective.mean()
 

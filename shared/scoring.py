@@ -86,7 +86,9 @@ class AdditiveScore(Score):
         scores = self._mlp_scores(step_linear(query, self.query_proj.weight), projected_keys)  # (B, T, L)
         return scores.squeeze(1) if squeeze else scores
 
-    def _mlp_scores(self, projected_query: torch.Tensor, projected_keys: torch.Tensor, location: torch.Tensor | None = None) -> torch.Tensor:
+    def _mlp_scores(
+        self, projected_query: torch.Tensor, projected_keys: torch.Tensor, location: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``e_ti = v^T tanh(q_t + k_i [+ U f_ti])`` for all queries and keys: `(B, T, L)`.
 
         Bahdanau et al. 2015 eq. (A.1.2), with Chorowski et al. 2015's location term (eq. 9).

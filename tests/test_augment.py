@@ -63,7 +63,7 @@ def test_silence_pads_add_the_drawn_lengths_with_a_low_noise_floor():
     wave = _speechlike(0.5)
     padded = pad_silence(wave, 1234, 567, -60.0, _gen())
     assert padded.numel() == wave.numel() + 1234 + 567
-    torch.testing.assert_close(padded[1234:1234 + wave.numel()], wave)
+    torch.testing.assert_close(padded[1234 : 1234 + wave.numel()], wave)
     for pad in (padded[:1234], padded[-567:]):
         rms_db = 20 * math.log10(float(pad.pow(2).mean().sqrt()))
         assert rms_db == pytest.approx(-60.0, abs=1.0)  # a floor, not digital zero
@@ -74,14 +74,14 @@ def test_room_impulse_response_starts_with_the_direct_path_and_decays():
     assert rir.numel() == SR // 2 and rir[0] == 1.0 and rir.abs().argmax() == 0
     tail = rir[1:]
     assert 10 * math.log10(1.0 / float(tail.pow(2).sum())) == pytest.approx(6.0, abs=1e-3)
-    early, late = tail[: SR // 20].pow(2).mean(), tail[-SR // 20:].pow(2).mean()
+    early, late = tail[: SR // 20].pow(2).mean(), tail[-SR // 20 :].pow(2).mean()
     assert 10 * math.log10(float(early / late)) > 40  # about 60 dB over the RT60
     impulse = torch.zeros(SR)
     impulse[100] = 0.5
     wet = reverberate(impulse, rir)
     assert wet.numel() == SR and float(wet[:100].abs().max()) < 1e-6  # FFT round-off only
     assert wet[100] == pytest.approx(0.5) and int(wet.abs().argmax()) == 100
-    torch.testing.assert_close(wet[100:100 + rir.numel()], 0.5 * rir, atol=1e-6, rtol=0)
+    torch.testing.assert_close(wet[100 : 100 + rir.numel()], 0.5 * rir, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("snr_db", [0.0, 10.0, 27.5])
@@ -94,7 +94,7 @@ def test_noise_is_added_at_the_drawn_snr_on_active_speech(snr_db, kind):
         noise = coloured_noise(speech.numel(), kind, _gen())
     noisy = add_noise(speech, noise, snr_db)
     added = noisy - speech
-    active = torch.cat([speech[i: i + 160] for i in range(0, SR, 160) if (i / SR * 4) % 1 < 0.6 - 0.01])  # the bursts
+    active = torch.cat([speech[i : i + 160] for i in range(0, SR, 160) if (i / SR * 4) % 1 < 0.6 - 0.01])  # the bursts
     measured = 10 * math.log10(float(active.pow(2).mean() / added.pow(2).mean()))
     assert measured == pytest.approx(snr_db, abs=0.5)
 
@@ -135,16 +135,27 @@ def test_augment_batch_keeps_lengths_exact_and_output_finite_within_one():
     waves = [_speechlike(s, seed=i) * 3 for i, s in enumerate((0.6, 1.0, 0.8, 0.4, 0.9))]  # peaks above 1
     padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
     lengths = torch.tensor([w.numel() for w in waves])
-    everything = AugmentConfig(speed_prob=1, silence_prob=1, reverb_prob=1, noise_prob=1, babble_prob=0.5,
-                               telephone_prob=0.3, low_rate_prob=1, gain_prob=1, gain_db=(0.0, 12.0), dc_prob=1)
+    everything = AugmentConfig(
+        speed_prob=1,
+        silence_prob=1,
+        reverb_prob=1,
+        noise_prob=1,
+        babble_prob=0.5,
+        telephone_prob=0.3,
+        low_rate_prob=1,
+        gain_prob=1,
+        gain_db=(0.0, 12.0),
+        dc_prob=1,
+    )
     for seed in range(2):
         out, new_lengths = augment_batch(padded, lengths, everything, SR, _gen(seed))
         assert out.shape == (5, int(new_lengths.max())) and torch.isfinite(out).all()
         assert float(out.abs().max()) <= 1.0
         for row, n in zip(out, new_lengths):
             assert n > 0.85 * SR * 0.4 and not row[n:].any()  # padding stays zero
-    nothing = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
-                            low_rate_prob=0, gain_prob=0, dc_prob=0)
+    nothing = AugmentConfig(
+        speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0, dc_prob=0
+    )
     same, same_lengths = augment_batch(padded / 4, lengths, nothing, SR, _gen())
     torch.testing.assert_close(same, padded / 4)
     assert torch.equal(same_lengths, lengths)
@@ -218,8 +229,9 @@ def test_non_speech_sounds_have_the_drawn_level_and_are_finite(kind):
 def test_non_speech_utterances_get_the_empty_transcript_and_the_rest_keep_theirs():
     waves = [_speechlike(0.5, seed=i) for i in range(64)]
     items = [(w, f"words {i}", f"u{i}") for i, w in enumerate(waves)]
-    plain = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
-                          low_rate_prob=0, gain_prob=0, dc_prob=0)
+    plain = AugmentConfig(
+        speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0, dc_prob=0
+    )
     torch.manual_seed(0)
     batch = AugmentedCollate(collate, replace_config(plain, non_speech_prob=0.25), SR)(items)
     emptied = [i for i, text in enumerate(batch.texts) if text == ""]
@@ -235,16 +247,34 @@ def test_quantized_training_conditions_stay_on_a_16_bit_grid_at_most():
     waves = [_speechlike(0.5, seed=i) * 0.01 for i in range(4)]
     padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
     lengths = torch.tensor([w.numel() for w in waves])
-    only = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
-                         low_rate_prob=0, gain_prob=0, dc_prob=0, quantize_prob=1)
+    only = AugmentConfig(
+        speed_prob=0,
+        silence_prob=0,
+        reverb_prob=0,
+        noise_prob=0,
+        telephone_prob=0,
+        low_rate_prob=0,
+        gain_prob=0,
+        dc_prob=0,
+        quantize_prob=1,
+    )
     out, _ = augment_batch(padded, lengths, only, SR, _gen())
     assert torch.equal(out * 2**15, (out * 2**15).round()) and not torch.equal(out, padded)
     with pytest.raises(ValueError, match="quantize_bits"):
         AugmentConfig(quantize_bits=(1, 16))
 
 
-_ONLY_VOICE = dict(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0,
-                   dc_prob=0, voice_shift_prob=1)
+_ONLY_VOICE = dict(
+    speed_prob=0,
+    silence_prob=0,
+    reverb_prob=0,
+    noise_prob=0,
+    telephone_prob=0,
+    low_rate_prob=0,
+    gain_prob=0,
+    dc_prob=0,
+    voice_shift_prob=1,
+)
 
 
 def _dominant_hz(wave: torch.Tensor) -> float:
@@ -256,8 +286,9 @@ def test_another_voice_raises_the_pitch_by_the_drawn_semitones_and_keeps_the_len
     t = torch.arange(SR) / SR
     voice = 0.3 * sum(torch.sin(2 * math.pi * 150 * k * t) / k for k in (1, 2, 3))  # a 150 Hz voice, three harmonics
     padded, lengths = voice[None], torch.tensor([SR])
-    out, new_lengths = augment_batch(padded, lengths, AugmentConfig(**_ONLY_VOICE, voice_semitones=(12.0, 12.0),
-                                                                    voice_formant_ratio=(2.0, 2.0)), SR, _gen())
+    out, new_lengths = augment_batch(
+        padded, lengths, AugmentConfig(**_ONLY_VOICE, voice_semitones=(12.0, 12.0), voice_formant_ratio=(2.0, 2.0)), SR, _gen()
+    )
     assert new_lengths.tolist() == [SR] and torch.isfinite(out).all()
     assert _dominant_hz(out[0]) == pytest.approx(300, abs=5)  # an octave up
     unchanged, _ = augment_batch(padded, lengths, AugmentConfig(**{**_ONLY_VOICE, "voice_shift_prob": 0}), SR, _gen())
@@ -277,8 +308,13 @@ def test_the_voice_shift_never_draws_the_held_out_piper_shifts(monkeypatch):
         augment_batch(waves, torch.full((8,), 4000), AugmentConfig(**_ONLY_VOICE), SR, _gen(seed))
     assert len(drawn) == 40
     held_out = [s for s in piper_speakers() if s.split != "train"]
-    assert held_out and all(s.semitones < min(p[0] for p in drawn) and s.formant_ratio < min(p[1] for p in drawn) for s in held_out)
-    assert max(PIPER_SEMITONES) < AugmentConfig().voice_semitones[0] and max(PIPER_FORMANT_RATIOS) < AugmentConfig().voice_formant_ratio[0]
+    assert held_out and all(
+        s.semitones < min(p[0] for p in drawn) and s.formant_ratio < min(p[1] for p in drawn) for s in held_out
+    )
+    assert (
+        max(PIPER_SEMITONES) < AugmentConfig().voice_semitones[0]
+        and max(PIPER_FORMANT_RATIOS) < AugmentConfig().voice_formant_ratio[0]
+    )
 
 
 def _tone_gain_db(out: torch.Tensor, wave: torch.Tensor, hz: float) -> float:
@@ -303,9 +339,18 @@ def test_the_timbre_condition_changes_the_spectrum_not_the_length():
     assert torch.equal(unchanged, wave[None])
 
 
-@pytest.mark.parametrize("field, bad", [("voice_semitones", (5.0, 30.0)), ("voice_formant_ratio", (0.0, 1.2)),
-                                        ("dc_offset", (-0.3, 1.5)), ("quantize_bits", (8, 30)), ("timbre_bands", (-1, 2)),
-                                        ("timbre_band_octaves", (0.0, 1.0)), ("timbre_tilt_db", (2.0, -2.0))])
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("voice_semitones", (5.0, 30.0)),
+        ("voice_formant_ratio", (0.0, 1.2)),
+        ("dc_offset", (-0.3, 1.5)),
+        ("quantize_bits", (8, 30)),
+        ("timbre_bands", (-1, 2)),
+        ("timbre_band_octaves", (0.0, 1.0)),
+        ("timbre_tilt_db", (2.0, -2.0)),
+    ],
+)
 def test_ranges_outside_their_bounds_are_refused(field, bad):
     with pytest.raises(ValueError, match=field):
         AugmentConfig(**{field: bad})
@@ -315,16 +360,28 @@ def test_each_reference_is_its_utterance_through_the_same_voice_speed_room_and_c
     waves = [_speechlike(s, seed=i) for i, s in enumerate((0.6, 1.0, 0.8))]
     padded = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True)
     lengths = torch.tensor([w.numel() for w in waves])
-    added = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=1, babble_prob=0.5, telephone_prob=0,
-                          low_rate_prob=0, gain_prob=1, gain_db=(-50.0, -40.0), dc_prob=1, quantize_prob=1,
-                          quantize_bits=(16, 16))
+    added = AugmentConfig(
+        speed_prob=0,
+        silence_prob=0,
+        reverb_prob=0,
+        noise_prob=1,
+        babble_prob=0.5,
+        telephone_prob=0,
+        low_rate_prob=0,
+        gain_prob=1,
+        gain_db=(-50.0, -40.0),
+        dc_prob=1,
+        quantize_prob=1,
+        quantize_bits=(16, 16),
+    )
     out, new_lengths, references = augment_batch(padded, lengths, added, SR, _gen(), references=True)
     assert torch.equal(new_lengths, lengths) and references.shape == out.shape
     torch.testing.assert_close(references, padded)  # nothing before the noise: the input itself
     assert not torch.equal(out, padded)
     # What changes the length or the channel reaches both: the reference keeps each utterance's length.
-    shaped = AugmentConfig(speed_prob=1, silence_prob=1, reverb_prob=1, noise_prob=1, telephone_prob=1, low_rate_prob=0,
-                           gain_prob=0, dc_prob=0)
+    shaped = AugmentConfig(
+        speed_prob=1, silence_prob=1, reverb_prob=1, noise_prob=1, telephone_prob=1, low_rate_prob=0, gain_prob=0, dc_prob=0
+    )
     out, new_lengths, references = augment_batch(padded, lengths, shaped, SR, _gen(3), references=True)
     assert not torch.equal(new_lengths, lengths) and references.shape == out.shape
     for row, reference, n in zip(out, references, new_lengths.tolist()):

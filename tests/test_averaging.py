@@ -50,8 +50,17 @@ def _loader():
 
 
 def _trainer(tmp_path: Path, averaging: WeightAverage, max_steps: int, **kwargs) -> pl.Trainer:
-    return pl.Trainer(accelerator="cpu", max_steps=max_steps, callbacks=[averaging], logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, **kwargs)
+    return pl.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        callbacks=[averaging],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        **kwargs,
+    )
 
 
 def test_the_average_is_the_exponential_moving_average_of_the_weights_after_each_step(tmp_path):
@@ -127,11 +136,14 @@ def test_a_soup_is_the_mean_of_the_models_float_weights_and_keeps_their_shared_c
     assert soup["count"].dtype == torch.long and int(soup["count"]) == 7
 
 
-@pytest.mark.parametrize("other, message", [
-    ({"w": torch.zeros(3, 2), "count": torch.tensor(7)}, r"w: shape \(3, 2\) in model 2"),
-    ({"w": torch.zeros(2, 3), "count": torch.tensor(8)}, "count: a non-float tensor that differs"),
-    ({"v": torch.zeros(2, 3), "count": torch.tensor(7)}, "other weights than model 1"),
-])
+@pytest.mark.parametrize(
+    "other, message",
+    [
+        ({"w": torch.zeros(3, 2), "count": torch.tensor(7)}, r"w: shape \(3, 2\) in model 2"),
+        ({"w": torch.zeros(2, 3), "count": torch.tensor(8)}, "count: a non-float tensor that differs"),
+        ({"v": torch.zeros(2, 3), "count": torch.tensor(7)}, "other weights than model 1"),
+    ],
+)
 def test_a_soup_of_models_that_are_not_one_architecture_is_refused_naming_the_weight(other, message):
     with pytest.raises(ValueError, match=message):
         uniform_soup([{"w": torch.zeros(2, 3), "count": torch.tensor(7)}, other])
@@ -155,11 +167,14 @@ def test_average_models_writes_the_mean_export_with_the_first_models_language_mo
     assert "relative distances between them: 2.0000" in capsys.readouterr().out  # ||1 - 3|| / ||1||
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"hyper_parameters": {"size": 8}}, "its settings differ from .*'s \\(size\\)"),
-    ({"language_model": b"another"}, "lm.safetensors: missing or not the same file"),
-    ({"extra": "lm.json"}, "b/lm.json: not in .*a; the folders must hold the same files"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"hyper_parameters": {"size": 8}}, "its settings differ from .*'s \\(size\\)"),
+        ({"language_model": b"another"}, "lm.safetensors: missing or not the same file"),
+        ({"extra": "lm.json"}, "b/lm.json: not in .*a; the folders must hold the same files"),
+    ],
+)
 def test_average_models_refuses_exports_that_are_not_one_model_in_one_line(tmp_path, capsys, change, message):
     a = _export(tmp_path / "a", 1.0, {"size": 4})
     b = _export(tmp_path / "b", 3.0, **{"hyper_parameters": {"size": 4}, **change})
@@ -169,10 +184,16 @@ def test_average_models_refuses_exports_that_are_not_one_model_in_one_line(tmp_p
     assert re.search(message, error) and not (tmp_path / "soup").exists()
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda folder: (folder / "config.json").unlink(), "an exported model folder needs model.safetensors and config.json"),
-    (lambda folder: (folder / "model.safetensors").write_bytes(b"garbage"), "model.safetensors: not a readable safetensors file"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda folder: (folder / "config.json").unlink(), "an exported model folder needs model.safetensors and config.json"),
+        (
+            lambda folder: (folder / "model.safetensors").write_bytes(b"garbage"),
+            "model.safetensors: not a readable safetensors file",
+        ),
+    ],
+)
 def test_average_models_names_a_missing_or_corrupt_export_in_one_line(tmp_path, capsys, damage, message):
     a = _export(tmp_path / "a", 1.0, {"size": 4})
     b = _export(tmp_path / "b", 3.0, {"size": 4})

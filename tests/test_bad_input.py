@@ -83,8 +83,12 @@ def _caption_config(folder: Path, data_dir: Path) -> Path:
     config = {
         "seed_everything": 0,
         "trainer": {
-            "accelerator": "cpu", "max_steps": 3, "num_sanity_val_steps": 0,
-            "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(folder / "run"),
+            "accelerator": "cpu",
+            "max_steps": 3,
+            "num_sanity_val_steps": 0,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(folder / "run"),
         },
         "model": CAPTION_MODEL,
         "data": {"data_dir": str(data_dir), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
@@ -177,8 +181,17 @@ def test_captioner_test_leaves_out_an_unreadable_test_image_and_logs_it(caption_
     test_images = [r.path for r in read_karpathy(data / "dataset_shapes.json", data / "images") if r.split == "test"]
     _truncate(test_images[0])
     out = tmp_path / "run"
-    args = ["test", "--config", str(caption_run["config"]), "--data.data_dir", str(data), "--trainer.default_root_dir", str(out),
-            "--ckpt_path", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt")]
+    args = [
+        "test",
+        "--config",
+        str(caption_run["config"]),
+        "--data.data_dir",
+        str(data),
+        "--trainer.default_root_dir",
+        str(out),
+        "--ckpt_path",
+        str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"),
+    ]
     with pytest.warns(UserWarning, match="1 test sample"):
         assert show_attend(args) == 0
     assert json.loads((out / "version_0" / "test_metrics.json").read_text())["items"] == 3
@@ -213,8 +226,18 @@ def test_captioner_fit_with_a_feature_cache_skips_and_logs_an_unreadable_image(t
     train[0].write_text("a text file, not a PNG\n")
     config = _caption_config(tmp_path, data)
     frozen = ["--model.encoder.backbone", "vgg16", "--model.encoder.pretrained", "false", "--model.encoder.grid_size", "2"]
-    args = ["fit", "--config", str(config), *frozen, "--data.feature_cache", str(tmp_path / "cache"),
-            "--bad_samples.min_samples", "16", "--bad_samples.max_fraction", "0.25"]
+    args = [
+        "fit",
+        "--config",
+        str(config),
+        *frozen,
+        "--data.feature_cache",
+        str(tmp_path / "cache"),
+        "--bad_samples.min_samples",
+        "16",
+        "--bad_samples.max_fraction",
+        "0.25",
+    ]
     assert show_attend(args) == 0
     assert len(list((tmp_path / "cache").glob("train-*.npy"))) == 1
     skipped = _skipped(tmp_path / "run" / "version_0" / LOG_NAME)
@@ -226,7 +249,9 @@ def test_captioner_fit_with_a_malformed_split_file_names_the_line_or_entry(tmp_p
     data = tmp_path / "data"
     data.mkdir()
     good = {"filename": "a.png", "split": "train", "sentences": [{"tokens": ["a", "red", "circle"]}]}
-    expected = {"not json": "line 3", "entry without sentences": r"images[1] (b.png)", "missing folder": "data folder not found"}[case]
+    expected = {"not json": "line 3", "entry without sentences": r"images[1] (b.png)", "missing folder": "data folder not found"}[
+        case
+    ]
     if case == "not json":
         (data / "dataset_x.json").write_text('{"images": [\n  {"filename": "a.png"},\n  oops\n]}\n')
     elif case == "entry without sentences":
@@ -278,7 +303,9 @@ def test_caption_of_an_empty_or_truncated_image_is_a_one_line_error(caption_run,
             picture.convert("RGB").save(image, quality=95)
         _truncate(image)
     capsys.readouterr()
-    assert show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), str(image)]) == 2
+    assert (
+        show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), str(image)]) == 2
+    )
     error = _one_line_error(capsys.readouterr().err, "show-attend")
     assert str(image) in error and "image" in error
 
@@ -301,14 +328,23 @@ def test_caption_reads_greyscale_rgba_16_bit_palette_and_odd_sizes(caption_run, 
         picture.save(tmp_path / name)
         paths.append(str(tmp_path / name))
     capsys.readouterr()
-    assert show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--json", *paths]) == 0
+    assert (
+        show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--json", *paths])
+        == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["image"] for line in lines] == paths
 
 
-@pytest.mark.parametrize("prog, command", [
-    ("show-attend", "export"), ("show-attend", "caption"), ("speech-attend", "export"), ("speech-attend", "transcribe"),
-])
+@pytest.mark.parametrize(
+    "prog, command",
+    [
+        ("show-attend", "export"),
+        ("show-attend", "caption"),
+        ("speech-attend", "export"),
+        ("speech-attend", "transcribe"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["missing", "empty", "text"])
 def test_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, capsys, prog, command, kind):
     checkpoint = tmp_path / "model.ckpt"
@@ -321,22 +357,30 @@ def test_a_missing_empty_or_foreign_checkpoint_is_a_one_line_error(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("prog, option, value", [
-    ("show-attend", "--beam-size", "0"), ("show-attend", "--max-length", "0"),
-    ("speech-attend", "--beam-size", "0"), ("speech-attend", "--max-chunk-seconds", "0"),
-    ("speech-attend", "--max-chunk-seconds", "-3"),
-])
+@pytest.mark.parametrize(
+    "prog, option, value",
+    [
+        ("show-attend", "--beam-size", "0"),
+        ("show-attend", "--max-length", "0"),
+        ("speech-attend", "--beam-size", "0"),
+        ("speech-attend", "--max-chunk-seconds", "0"),
+        ("speech-attend", "--max-chunk-seconds", "-3"),
+    ],
+)
 def test_an_out_of_range_option_is_a_one_line_error_naming_it(caption_run, speech_run, tmp_path, capsys, prog, option, value):
     if prog == "show-attend":
-        code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), option, value, "x.png"])
+        code = show_attend(
+            ["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), option, value, "x.png"]
+        )
     else:
         code = speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), option, value, "x.wav"])
     assert code == 2
     assert f"{option} must be" in _one_line_error(capsys.readouterr().err, prog)
 
 
-def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(caption_run, speech_run, tiny_shapes,
-                                                                            tiny_synth, tmp_path, capsys):
+def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(
+    caption_run, speech_run, tiny_shapes, tiny_synth, tmp_path, capsys
+):
     images = sorted((tiny_shapes / "images").glob("*.png"))[:3]
     folder = tmp_path / "photos"
     (folder / "b").mkdir(parents=True)
@@ -345,11 +389,24 @@ def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(ca
     shutil.copy(images[1], folder / "a.PNG")
     (folder / "notes.txt").write_text("not an image")
     capsys.readouterr()
-    code = show_attend(["caption", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--json",
-                        str(folder), str(tmp_path / "empty"), str(images[2])])
+    code = show_attend(
+        [
+            "caption",
+            "--ckpt",
+            str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"),
+            "--json",
+            str(folder),
+            str(tmp_path / "empty"),
+            str(images[2]),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2  # the folder without images
-    assert [json.loads(line)["image"] for line in out.splitlines()] == [str(folder / "a.PNG"), str(folder / "b" / "z.png"), str(images[2])]
+    assert [json.loads(line)["image"] for line in out.splitlines()] == [
+        str(folder / "a.PNG"),
+        str(folder / "b" / "z.png"),
+        str(images[2]),
+    ]
     assert f"{tmp_path / 'empty'}: a folder with no image files" in _one_line_error(err, "show-attend")
 
     audio = tmp_path / "recordings"
@@ -366,33 +423,48 @@ def test_caption_and_transcribe_take_folders_and_name_a_folder_without_inputs(ca
 def test_an_os_error_reads_path_then_reason(caption_run, tmp_path, capsys):
     taken = tmp_path / "out"
     taken.write_text("a file where the export folder should go")
-    assert show_attend(["export", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(taken)]) == 2
+    assert (
+        show_attend(
+            ["export", "--ckpt", str(caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(taken)]
+        )
+        == 2
+    )
     assert _one_line_error(capsys.readouterr().err, "show-attend") == f"show-attend: error: {taken}: file exists"
 
 
 def test_the_other_apps_checkpoint_is_named_as_such(caption_run, speech_run, tmp_path, capsys):
     captioner = caption_run["run"] / "version_0" / "checkpoints" / "last.ckpt"
     assert speech_attend(["transcribe", "--ckpt", str(captioner), str(tmp_path / "input.wav")]) == 2
-    assert "a show-attend (captioner) model; transcribe needs a speech-attend model" in _one_line_error(capsys.readouterr().err, "speech-attend")
+    assert "a show-attend (captioner) model; transcribe needs a speech-attend model" in _one_line_error(
+        capsys.readouterr().err, "speech-attend"
+    )
     assert show_attend(["caption", "--ckpt", str(speech_run["ckpt"]), str(tmp_path / "input.png")]) == 2
-    assert "a speech-attend (recognizer) model; caption needs a show-attend model" in _one_line_error(capsys.readouterr().err, "show-attend")
+    assert "a speech-attend (recognizer) model; caption needs a show-attend model" in _one_line_error(
+        capsys.readouterr().err, "show-attend"
+    )
 
 
-@pytest.mark.parametrize("prog, args, expected", [
-    ("show-attend", ["shapes", "--train", "-1"], "non-negative"),
-    ("show-attend", ["shapes", "--train", "0", "--val", "0", "--test", "0"], "nothing to generate"),
-    ("speech-attend", ["synth", "--train", "-1"], "utterance counts must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "prog, args, expected",
+    [
+        ("show-attend", ["shapes", "--train", "-1"], "non-negative"),
+        ("show-attend", ["shapes", "--train", "0", "--val", "0", "--test", "0"], "nothing to generate"),
+        ("speech-attend", ["synth", "--train", "-1"], "utterance counts must be >= 0"),
+    ],
+)
 def test_prepare_with_bad_counts_is_a_one_line_error(tmp_path, capsys, prog, args, expected):
     app = show_attend if prog == "show-attend" else speech_attend
     assert app(["prepare", *args, "--out", str(tmp_path / "out")]) == 2
     assert expected in _one_line_error(capsys.readouterr().err, prog)
 
 
-@pytest.mark.parametrize("prog, args", [
-    ("show-attend", ["shapes", "--quiet"]),
-    ("speech-attend", ["synth", "--train", "1", "--dev", "0", "--test", "0"]),
-])
+@pytest.mark.parametrize(
+    "prog, args",
+    [
+        ("show-attend", ["shapes", "--quiet"]),
+        ("speech-attend", ["synth", "--train", "1", "--dev", "0", "--test", "0"]),
+    ],
+)
 def test_prepare_into_a_path_that_is_a_file_is_a_one_line_error(tmp_path, capsys, prog, args):
     out = tmp_path / "file.txt"
     out.write_text("already here\n")
@@ -441,11 +513,30 @@ def speech_run(tiny_synth, tmp_path_factory) -> dict:
     _rewrite(train[4], 44100, 2)
     config = _speech_config(folder)
     run = folder / "run"
-    code = speech_attend(["fit", "--config", str(config), "--data.data_dir", str(corpus), "--trainer.default_root_dir", str(run),
-                          "--bad_samples.min_samples", "8", "--bad_samples.max_fraction", "0.3"])
+    code = speech_attend(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--data.data_dir",
+            str(corpus),
+            "--trainer.default_root_dir",
+            str(run),
+            "--bad_samples.min_samples",
+            "8",
+            "--bad_samples.max_fraction",
+            "0.3",
+        ]
+    )
     checkpoints = sorted(run.rglob("last.ckpt"))
-    return {"code": code, "corpus": corpus, "config": config, "run": run, "ckpt": checkpoints[0] if checkpoints else None,
-            "bad": {str(train[0]): "truncated|not a readable audio file", str(train[1]): "file is empty"}}
+    return {
+        "code": code,
+        "corpus": corpus,
+        "config": config,
+        "run": run,
+        "ckpt": checkpoints[0] if checkpoints else None,
+        "bad": {str(train[0]): "truncated|not a readable audio file", str(train[1]): "file is empty"},
+    }
 
 
 # ----------------------------------------------------------------------------- recognizer: fit and test
@@ -472,8 +563,19 @@ def test_recognizer_fit_with_too_many_unreadable_files_stops_in_one_line(tiny_sy
     config = _speech_config(tmp_path, cache_audio=False)  # files are read in the loader, not at set-up
     run = tmp_path / "run"
     capsys.readouterr()
-    code = speech_attend(["fit", "--config", str(config), "--data.data_dir", str(corpus), "--trainer.default_root_dir", str(run),
-                          "--bad_samples.min_samples", "4"])
+    code = speech_attend(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--data.data_dir",
+            str(corpus),
+            "--trainer.default_root_dir",
+            str(run),
+            "--bad_samples.min_samples",
+            "4",
+        ]
+    )
     assert code == 2
     error = _one_line_error(capsys.readouterr().err, "speech-attend")
     (log,) = run.rglob(LOG_NAME)
@@ -490,8 +592,17 @@ def test_recognizer_test_leaves_out_an_unusable_test_file_and_logs_it(speech_run
     else:
         sf.write(files["test"][0], _tone(0.0 if kind == "zero samples" else 0.02, 16000), 16000)
     out = tmp_path / "run"
-    args = ["test", "--config", str(speech_run["config"]), "--data.data_dir", str(corpus),
-            "--trainer.default_root_dir", str(out), "--ckpt_path", str(speech_run["ckpt"])]
+    args = [
+        "test",
+        "--config",
+        str(speech_run["config"]),
+        "--data.data_dir",
+        str(corpus),
+        "--trainer.default_root_dir",
+        str(out),
+        "--ckpt_path",
+        str(speech_run["ckpt"]),
+    ]
     with pytest.warns(UserWarning, match="1 test sample"):
         assert speech_attend(args) == 0
     assert json.loads(next(out.rglob("test_metrics.json")).read_text())["items"] == 1
@@ -499,12 +610,15 @@ def test_recognizer_test_leaves_out_an_unusable_test_file_and_logs_it(speech_run
     assert log.read_text().startswith(f"[test] {files['test'][0]}\t")
 
 
-@pytest.mark.parametrize("case, where", [
-    ("bad json line", "train.jsonl:2"),
-    ("missing text", "train.jsonl:2"),
-    ("csv with an extra field", "dev.csv:3"),
-    ("missing folder", "absent"),
-])
+@pytest.mark.parametrize(
+    "case, where",
+    [
+        ("bad json line", "train.jsonl:2"),
+        ("missing text", "train.jsonl:2"),
+        ("csv with an extra field", "dev.csv:3"),
+        ("missing folder", "absent"),
+    ],
+)
 def test_recognizer_fit_with_a_malformed_manifest_names_the_file_and_line(tmp_path, capsys, case, where):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -516,8 +630,12 @@ def test_recognizer_fit_with_a_malformed_manifest_names_the_file_and_line(tmp_pa
     if case == "missing folder":
         corpus = tmp_path / "absent"
     config = _speech_config(tmp_path)
-    assert speech_attend(["fit", "--config", str(config), "--data.data_dir", str(corpus),
-                          "--trainer.default_root_dir", str(tmp_path / "run")]) == 2
+    assert (
+        speech_attend(
+            ["fit", "--config", str(config), "--data.data_dir", str(corpus), "--trainer.default_root_dir", str(tmp_path / "run")]
+        )
+        == 2
+    )
     assert where in _one_line_error(capsys.readouterr().err, "speech-attend")
 
 
@@ -527,8 +645,19 @@ def test_recognizer_test_with_a_bad_checkpoint_is_a_one_line_error(tiny_synth, t
     if kind != "missing":
         checkpoint.write_bytes(b"" if kind == "empty" else b"a text file, not a checkpoint\n")
     config = _speech_config(tmp_path)
-    code = speech_attend(["test", "--config", str(config), "--data.data_dir", str(tiny_synth),
-                          "--trainer.default_root_dir", str(tmp_path / "run"), "--ckpt_path", str(checkpoint)])
+    code = speech_attend(
+        [
+            "test",
+            "--config",
+            str(config),
+            "--data.data_dir",
+            str(tiny_synth),
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            "--ckpt_path",
+            str(checkpoint),
+        ]
+    )
     assert code == 2
     assert "model.ckpt" in _one_line_error(capsys.readouterr().err, "speech-attend")
 
@@ -561,8 +690,10 @@ def test_out_of_vocabulary_characters_are_dropped_with_one_warning(tmp_path):
     with pytest.warns(UserWarning) as warned:
         datamodule.setup("fit")
     messages = [str(w.message) for w in warned if "outside the vocabulary" in str(w.message)]
-    assert messages == ["2 of 3 dev transcripts have characters outside the vocabulary of the training text "
-                        "('2', 'f', 's', 'é'); those characters were dropped (data.oov_policy: drop)"]
+    assert messages == [
+        "2 of 3 dev transcripts have characters outside the vocabulary of the training text "
+        "('2', 'f', 's', 'é'); those characters were dropped (data.oov_policy: drop)"
+    ]
     assert datamodule.datasets["val"].texts == ["the ca", "cat", "the hat"]
     assert datamodule.datasets["train"].texts == ["the cat", "a hat"]
 
@@ -596,7 +727,9 @@ def test_training_leaves_out_audio_with_no_samples_or_shorter_than_min_duration(
 @pytest.mark.parametrize("policy", ["drop", "error"])
 def test_recognizer_test_applies_the_policy_with_the_checkpoint_vocabulary(speech_run, tiny_synth, tmp_path, capsys, policy):
     corpus, _ = _synth_copy(tiny_synth, tmp_path)
-    spoken = [line.split(" ", 1)[1] for t in sorted((corpus / "train").rglob("*.trans.txt")) for line in t.read_text().splitlines()]
+    spoken = [
+        line.split(" ", 1)[1] for t in sorted((corpus / "train").rglob("*.trans.txt")) for line in t.read_text().splitlines()
+    ]
     transcripts = sorted((corpus / "test").rglob("*.trans.txt"))
     ids = [line.split()[0] for t in transcripts for line in t.read_text().splitlines()]
     for transcript in transcripts:  # test texts taken from the training text, so only the added characters are new
@@ -605,8 +738,19 @@ def test_recognizer_test_applies_the_policy_with_the_checkpoint_vocabulary(speec
         transcript.write_text("\n".join(lines) + "\n")
     first = ids[0]
     out = tmp_path / "run"
-    args = ["test", "--config", str(speech_run["config"]), "--data.data_dir", str(corpus), "--data.oov_policy", policy,
-            "--trainer.default_root_dir", str(out), "--ckpt_path", str(speech_run["ckpt"])]
+    args = [
+        "test",
+        "--config",
+        str(speech_run["config"]),
+        "--data.data_dir",
+        str(corpus),
+        "--data.oov_policy",
+        policy,
+        "--trainer.default_root_dir",
+        str(out),
+        "--ckpt_path",
+        str(speech_run["ckpt"]),
+    ]
     if policy == "drop":
         with pytest.warns(UserWarning, match=r"^1 of 2 test transcripts .*\('2', '4', 'é'\); those characters were dropped"):
             assert speech_attend(args) == 0
@@ -665,7 +809,12 @@ def test_transcribe_of_silence_gives_a_line_and_no_error(speech_run, tmp_path, c
     capsys.readouterr()
     assert speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), "--json", str(path)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert {k: result[k] for k in ("audio", "text", "duration_s", "chunks")} == {"audio": str(path), "text": "", "duration_s": 2.0, "chunks": 1}
+    assert {k: result[k] for k in ("audio", "text", "duration_s", "chunks")} == {
+        "audio": str(path),
+        "text": "",
+        "duration_s": 2.0,
+        "chunks": 1,
+    }
     assert [(s["no_speech"], s["words"]) for s in result["segments"]] == [(True, [])]
 
 
@@ -678,7 +827,9 @@ def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
     sf.write(path, np.concatenate([speech, quiet_room]), rate)
     transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=4)
     decoded, decode = [], transcriber.model.decode
-    transcriber.model.decode = lambda waves, lengths, *args, **kwargs: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
+    transcriber.model.decode = lambda waves, lengths, *args, **kwargs: (
+        decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
+    )
     result = transcriber.transcribe(path)
     assert result.chunks >= 5 and len(decoded) == 1  # the chunk holding the speech, none of the silent ones
     assert decoded[0] >= len(speech) and result.alignment.size(1) >= result.chunks
@@ -692,7 +843,9 @@ def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_ru
     sf.write(path, np.concatenate([np.zeros(rate), speech]), rate)  # 1 s of silence first
     transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=60)
     decoded, decode = [], transcriber.model.decode
-    transcriber.model.decode = lambda waves, lengths, *args, **kwargs: decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
+    transcriber.model.decode = lambda waves, lengths, *args, **kwargs: (
+        decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
+    )
     result = transcriber.transcribe(path)
     assert result.chunks == 1 and decoded[0] <= len(speech)  # the silence was not decoded
     frames_per_second = 1 / transcriber.model.frame_seconds
@@ -714,7 +867,14 @@ def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their
     transcriber.model.decode = lambda waves, *args, **kwargs: calls.append(waves.size(0)) or decode(waves, *args, **kwargs)
     together = list(transcriber.transcribe_many(paths))
     assert len(calls) == 1 and calls[0] >= 5  # the five files' chunks in one batch
-    assert [type(r).__name__ for r in together] == ["Transcript", "Transcript", "AudioError", "Transcript", "Transcript", "Transcript"]
+    assert [type(r).__name__ for r in together] == [
+        "Transcript",
+        "Transcript",
+        "AudioError",
+        "Transcript",
+        "Transcript",
+        "Transcript",
+    ]
     assert str(bad) in str(together[2])
     assert [r.text for r in together if not isinstance(r, ValueError)] == [alone[path] for path in good]
     assert [r.audio for r in together if not isinstance(r, ValueError)] == good
@@ -741,5 +901,7 @@ def test_transcribe_of_a_ten_minute_recording_runs_in_chunks(speech_run, tiny_sy
     capsys.readouterr()
     assert speech_attend(["transcribe", "--ckpt", str(speech_run["ckpt"]), "--json", str(path)]) == 0
     result = json.loads(capsys.readouterr().out)
-    longest = torch.load(speech_run["ckpt"], map_location="cpu", weights_only=True)["hyper_parameters"]["decoding"]["max_chunk_seconds"]
+    longest = torch.load(speech_run["ckpt"], map_location="cpu", weights_only=True)["hyper_parameters"]["decoding"][
+        "max_chunk_seconds"
+    ]
     assert result["duration_s"] == 600.0 and result["chunks"] >= 600 / longest

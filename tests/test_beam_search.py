@@ -150,8 +150,17 @@ def test_done_sequences_leave_the_batch_without_changing_results():
     assert rows_seen[1] == (batch * beams, batch)
     assert rows_seen[-1] == (3 * beams, 3)  # only the three longest are left at the end
     for b in range(batch):
-        single = beam_search(step_fn, (torch.zeros(1, dtype=torch.long),), 1, beams, SOS, EOS,
-                             max_len=int(limits[b]), nbest=3, memory=table[b : b + 1])[0]
+        single = beam_search(
+            step_fn,
+            (torch.zeros(1, dtype=torch.long),),
+            1,
+            beams,
+            SOS,
+            EOS,
+            max_len=int(limits[b]),
+            nbest=3,
+            memory=table[b : b + 1],
+        )[0]
         assert [h.tokens for h in batched[b]] == [h.tokens for h in single]
         assert [h.score for h in batched[b]] == pytest.approx([h.score for h in single])
         assert len(batched[b][0].tokens) == limits[b]

@@ -1,6 +1,5 @@
 """The FLOP count behind the benchmarks' ceiling column (scripts/bench_common.py)."""
 
-
 import pytest
 import torch
 from bench_common import matmul_gflop
@@ -82,15 +81,26 @@ def test_the_transcribe_benchmark_times_the_whole_command_and_the_decode_of_each
     from shared.training.model_files import export_folder
     from speech_attend.model.las import build_recognizer
 
-    config = {"vocabulary": list("abcdefghijklmnopqrstuvwxyz' "), "las": TINY_SPEECH_CONFIG["model"]["las"],
-              "decoding": {"beam_size": 1, "max_len_ratio": 0.2}, "features": {}}
-    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: the timing is the point
+    config = {
+        "vocabulary": list("abcdefghijklmnopqrstuvwxyz' "),
+        "las": TINY_SPEECH_CONFIG["model"]["las"],
+        "decoding": {"beam_size": 1, "max_len_ratio": 0.2},
+        "features": {},
+    }
+    export_folder(
+        tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config
+    )  # untrained: the timing is the point
     clip = tmp_path / "clip.wav"
     sf.write(clip, 0.1 * torch.randn(8000).numpy(), 16000)
     audio = bench_transcribe.ten_second_file(tmp_path / "ten.wav", [clip, clip])
     wave, rate = sf.read(audio)
     assert rate == 16000 and len(wave) == 160000  # exactly 10 s, the clips repeated
-    assert bench_transcribe.main(["--ckpt", str(tmp_path / "model"), "--file", str(audio), "--beams", "1,2", "--runs", "1", "--json"]) == 0
+    assert (
+        bench_transcribe.main(
+            ["--ckpt", str(tmp_path / "model"), "--file", str(audio), "--beams", "1,2", "--runs", "1", "--json"]
+        )
+        == 0
+    )
     results = json.loads(capsys.readouterr().out)
     assert list(results["beams"]) == ["1", "2"]
     for r in results["beams"].values():

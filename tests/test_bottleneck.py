@@ -11,8 +11,11 @@ import pytest
 def test_caption_objects_and_object_f1():
     tokens = "there is a big red circle to the left of a blue square above a small green triangle".split()
     named = bottleneck.caption_objects(tokens)
-    assert named == [{"size": "big", "colour": "red", "shape": "circle"}, {"colour": "blue", "shape": "square"},
-                     {"size": "small", "colour": "green", "shape": "triangle"}]
+    assert named == [
+        {"size": "big", "colour": "red", "shape": "circle"},
+        {"colour": "blue", "shape": "square"},
+        {"size": "small", "colour": "green", "shape": "triangle"},
+    ]
     truth = [{"size": "big", "colour": "red", "shape": "circle"}, {"size": "big", "colour": "blue", "shape": "square"}]
     assert bottleneck.object_f1(named, truth) == pytest.approx(2 * 2 / 5)  # 2 right of 3 named, 2 real
     assert bottleneck.object_f1(named[:1], truth[:1]) == 1.0

@@ -57,9 +57,11 @@ def test_numbers_are_spelled_as_read():
     assert spell_year(1948) == "nineteen forty eight" and spell_year(1905) == "nineteen oh five"
     assert spell_year(1900) == "nineteen hundred" and spell_year(2005) == "two thousand and five"
     assert spell_numbers("In 1948 he paid $2.50 for 3 tickets, 10% off.") == (
-        "In nineteen forty eight he paid two dollars fifty for three tickets, ten percent off.")
+        "In nineteen forty eight he paid two dollars fifty for three tickets, ten percent off."
+    )
     assert spell_numbers("the 13th of 1,000 and 82.6 pounds and $1") == (
-        "the thirteenth of one thousand and eighty two point six pounds and one dollar")
+        "the thirteenth of one thousand and eighty two point six pounds and one dollar"
+    )
     with pytest.raises(ValueError, match="below"):
         spell_number(10**15)
 
@@ -151,14 +153,16 @@ _HARMONICS = 45  # up to 6750 Hz at f0 = 150 Hz
 def _voiced(f0: float, formant: float) -> torch.Tensor:
     """A 1 s harmonic comb at ``f0`` shaped by one resonance at ``formant`` Hz (200 Hz wide, like a vowel's)."""
     t = torch.arange(SR) / SR
-    wave = sum(float(np.exp(-(((k * f0) - formant) / 200) ** 2)) * torch.sin(2 * torch.pi * k * f0 * t)
-               for k in range(1, _HARMONICS + 1))
+    wave = sum(
+        float(np.exp(-((((k * f0) - formant) / 200) ** 2))) * torch.sin(2 * torch.pi * k * f0 * t)
+        for k in range(1, _HARMONICS + 1)
+    )
     return 0.5 * wave / wave.abs().max()
 
 
 def _harmonics(wave: torch.Tensor, f0: float, count: int = _HARMONICS) -> np.ndarray:
     spectrum = np.abs(np.fft.rfft(wave.numpy() * np.hanning(len(wave))))  # 1 Hz bins
-    return np.array([spectrum[round(k * f0) - 3: round(k * f0) + 4].max() for k in range(1, count + 1)])
+    return np.array([spectrum[round(k * f0) - 3 : round(k * f0) + 4].max() for k in range(1, count + 1)])
 
 
 def _envelope_peak(amplitudes: np.ndarray, f0: float) -> float:
@@ -178,7 +182,7 @@ def test_formant_shift_moves_the_envelope_and_keeps_the_harmonics(ratio):
     assert _envelope_peak(_harmonics(wave, f0), f0) == pytest.approx(1200, rel=0.01)
     assert _envelope_peak(_harmonics(shifted, f0), f0) == pytest.approx(1200 * ratio, rel=0.06)
     spectrum = np.abs(np.fft.rfft(shifted.numpy() * np.hanning(SR))) ** 2
-    on_harmonics = sum(spectrum[round(k * f0) - 6: round(k * f0) + 7].sum() for k in range(1, _HARMONICS + 1))
+    on_harmonics = sum(spectrum[round(k * f0) - 6 : round(k * f0) + 7].sum() for k in range(1, _HARMONICS + 1))
     assert on_harmonics / spectrum.sum() > 0.98  # the pitch did not move: energy stays on the harmonics
 
 
@@ -188,7 +192,7 @@ def test_shift_voice_moves_the_pitch_and_pulls_the_formants_back():
     shifted = shift_voice(wave, SR, semitones=4, formant_ratio=1.0)  # pitch up, formants meant to stay
     count = int(6500 / new_f0)
     spectrum = np.abs(np.fft.rfft(shifted.numpy() * np.hanning(SR))) ** 2
-    on_new_harmonics = sum(spectrum[round(k * new_f0) - 6: round(k * new_f0) + 7].sum() for k in range(1, count + 1))
+    on_new_harmonics = sum(spectrum[round(k * new_f0) - 6 : round(k * new_f0) + 7].sum() for k in range(1, count + 1))
     assert on_new_harmonics / spectrum.sum() > 0.9  # the pitch moved by the ratio
     uncorrected = _envelope_peak(_harmonics(pitch_shift(wave, SR, 4), new_f0, count), new_f0)  # formants moved up too
     corrected = _envelope_peak(_harmonics(shifted, new_f0, count), new_f0)
@@ -265,7 +269,9 @@ def test_a_corpus_grown_or_cut_in_place_is_the_corpus_made_afresh_and_keeps_its_
     before = _inodes(grown)
     spoken = []
     real_run_block = corpus._run_block
-    monkeypatch.setattr(corpus, "_run_block", lambda task, isolated=False: spoken.extend(task[2]) or real_run_block(task, isolated))
+    monkeypatch.setattr(
+        corpus, "_run_block", lambda task, isolated=False: spoken.extend(task[2]) or real_run_block(task, isolated)
+    )
     corpus.prepare_synth(grown, train=7, **kwargs)
     assert len(spoken) == 7 + 1 + 1 - 3  # utterance 3 (its block is new), 4-6, dev and test
     fresh = corpus.prepare_synth(tmp_path / "fresh", train=7, **kwargs)
@@ -290,6 +296,7 @@ def test_a_corpus_whose_growing_was_interrupted_keeps_its_old_blocks_the_next_ti
         if task[1] > 2:
             raise KeyboardInterrupt
         return real_run_block(task, isolated)
+
     monkeypatch.setattr(corpus, "_run_block", stop_after_one_block)
     with pytest.raises(KeyboardInterrupt):
         corpus.prepare_synth(out, train=8, **kwargs)
@@ -316,12 +323,15 @@ def _crash_on(text, once_marker=None):
             faulthandler.disable()  # the crash is the test's; no dump
             os.kill(os.getpid(), signal.SIGSEGV)
         return real(said, voice, **settings)
+
     return synthesize
 
 
 def test_isolated_espeak_gives_the_same_samples_and_turns_a_crash_into_an_error(monkeypatch):
     settings = dict(rate=150, pitch=40, volume=80, seed=3, pitch_range=70, word_gap=2)
-    assert np.array_equal(espeak.synthesize_isolated("a quiet word", "gmw/en", **settings), espeak.synthesize("a quiet word", "gmw/en", **settings))
+    assert np.array_equal(
+        espeak.synthesize_isolated("a quiet word", "gmw/en", **settings), espeak.synthesize("a quiet word", "gmw/en", **settings)
+    )
     monkeypatch.setattr(espeak, "synthesize", _crash_on("a quiet word"))
     with pytest.raises(espeak.EspeakCrash, match="crashed \\(SIGSEGV\\) speaking 'a quiet word'"):
         espeak.synthesize_isolated("a quiet word", "gmw/en", **settings)

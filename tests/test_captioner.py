@@ -73,7 +73,9 @@ def caption_trained(tiny_shapes, tmp_path_factory) -> Path:
 
 def _tiny_captioner(vocabulary: list[str], attention: str = "soft") -> CaptionerModule:
     decoder = {**TINY_MODEL["decoder"], "attention": attention}
-    return CaptionerModule(vocabulary, encoder=TINY_MODEL["encoder"], decoder=decoder, image_size=32, beam_size=3, max_decode_length=10)
+    return CaptionerModule(
+        vocabulary, encoder=TINY_MODEL["encoder"], decoder=decoder, image_size=32, beam_size=3, max_decode_length=10
+    )
 
 
 def _batch(datamodule: CaptionDataModule, size: int = 8) -> dict:
@@ -91,14 +93,20 @@ def _write_karpathy(path: Path, images: list[dict]) -> Path:
 
 def test_karpathy_coco_form_reads_filepath_folders_and_folds_restval_into_train(tmp_path):
     entry = lambda name, folder, split, words: {  # noqa: E731
-        "filepath": folder, "filename": name, "split": split, "cocoid": 1,
+        "filepath": folder,
+        "filename": name,
+        "split": split,
+        "cocoid": 1,
         "sentences": [{"tokens": words, "raw": " ".join(words)}, {"raw": "A Dog, running."}],
     }
-    path = _write_karpathy(tmp_path / "dataset_coco.json", [
-        entry("a.jpg", "train2014", "train", ["a", "cat"]),
-        entry("b.jpg", "val2014", "restval", ["a", "dog"]),
-        entry("c.jpg", "val2014", "test", ["a", "bird"]),
-    ])
+    path = _write_karpathy(
+        tmp_path / "dataset_coco.json",
+        [
+            entry("a.jpg", "train2014", "train", ["a", "cat"]),
+            entry("b.jpg", "val2014", "restval", ["a", "dog"]),
+            entry("c.jpg", "val2014", "test", ["a", "bird"]),
+        ],
+    )
     records = read_karpathy(path, tmp_path)
     assert [r.split for r in records] == ["train", "train", "test"]
     assert records[1].path == tmp_path / "val2014" / "b.jpg"
@@ -106,9 +114,12 @@ def test_karpathy_coco_form_reads_filepath_folders_and_folds_restval_into_train(
 
 
 def test_karpathy_flickr_form_reads_images_from_one_folder(tmp_path):
-    path = _write_karpathy(tmp_path / "dataset_flickr8k.json", [
-        {"filename": "1000268201_693b08cb0e.jpg", "split": "val", "sentences": [{"tokens": ["a", "child"]}]},
-    ])
+    path = _write_karpathy(
+        tmp_path / "dataset_flickr8k.json",
+        [
+            {"filename": "1000268201_693b08cb0e.jpg", "split": "val", "sentences": [{"tokens": ["a", "child"]}]},
+        ],
+    )
     (record,) = read_karpathy(path, tmp_path / "Flicker8k_Dataset")
     assert record.path == tmp_path / "Flicker8k_Dataset" / "1000268201_693b08cb0e.jpg"
     assert record.split == "val" and record.references == [["a", "child"]]
@@ -259,7 +270,9 @@ def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
     with torch.no_grad():
         features = model.encode(_batch(datamodule, 6)["images"])
         memory, state = model.decoder.start(features)
-        greedy = greedy_search(lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10, max_repeats=model.config.max_repeats)
+        greedy = greedy_search(
+            lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10, max_repeats=model.config.max_repeats
+        )
     beam = model.generate(features, beam_size=1, max_length=10)
     assert [h.tokens for h in beam] == greedy
     assert all(h.attention.shape == (len(h.tokens), 16) for h in beam)
@@ -287,8 +300,10 @@ def test_a_caption_that_never_ends_has_exactly_max_length_words(tiny_shapes, tmp
 
 
 def test_pointing_counts_attribute_words_whose_peak_is_in_the_named_box():
-    objects = [{"shape": "circle", "colour": "red", "size": "big", "box": [0, 0, 16, 16]},
-               {"shape": "square", "colour": "blue", "size": "small", "box": [16, 16, 32, 32]}]
+    objects = [
+        {"shape": "circle", "colour": "red", "size": "big", "box": [0, 0, 16, 16]},
+        {"shape": "square", "colour": "blue", "size": "small", "box": [16, 16, 32, 32]},
+    ]
     tokens = "a big red circle above a small blue square".split()
     attention = torch.zeros(len(tokens), 2, 2)
     for t in (1, 2, 3):
@@ -343,13 +358,34 @@ def test_init_from_an_export_starts_a_new_run_from_its_weights(caption_trained, 
     ckpt = caption_trained / "checkpoints" / "last.ckpt"
     assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "exported")]) == 0
     # a learning rate of 1e-12: the one step leaves the weights where the run started them
-    assert main(["fit", "--config", str(caption_trained.parent / "tiny.yaml"), "--trainer.default_root_dir", str(tmp_path / "run"),
-                 "--trainer.max_steps", "1", "--init_from", str(tmp_path / "exported"), "--model.optimizer.lr", "1e-12"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                str(caption_trained.parent / "tiny.yaml"),
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+                "--trainer.max_steps",
+                "1",
+                "--init_from",
+                str(tmp_path / "exported"),
+                "--model.optimizer.lr",
+                "1e-12",
+            ]
+        )
+        == 0
+    )
     started, trained = safe_torch_load(next((tmp_path / "run").rglob("last.ckpt"))), safe_torch_load(ckpt)
     assert started["global_step"] == 1 and started["hyper_parameters"]["vocabulary"] == trained["hyper_parameters"]["vocabulary"]
-    weights = {key: value for key, value in trained["state_dict"].items()  # the step moves batch-norm statistics, and
-               if key.startswith("model.") and "running_" not in key and "batches_tracked" not in key}  # not the REINFORCE baseline
-    assert weights and all(torch.allclose(started["state_dict"][key].float(), value.float(), atol=1e-8) for key, value in weights.items())
+    weights = {
+        key: value
+        for key, value in trained["state_dict"].items()  # the step moves batch-norm statistics, and
+        if key.startswith("model.") and "running_" not in key and "batches_tracked" not in key
+    }  # not the REINFORCE baseline
+    assert weights and all(
+        torch.allclose(started["state_dict"][key].float(), value.float(), atol=1e-8) for key, value in weights.items()
+    )
 
 
 def test_export_saves_the_beam_size_as_captions_default(caption_trained, tmp_path, capsys):
@@ -407,8 +443,18 @@ def test_caption_with_a_broken_checkpoint_is_a_one_line_error(tiny_shapes, tmp_p
 def test_caption_command_runs_as_a_program(caption_trained, tiny_shapes):
     image = sorted((tiny_shapes / "images").glob("*.png"))[0]
     result = subprocess.run(
-        [sys.executable, "-m", "show_attend.cli", "caption", "--ckpt", str(caption_trained / "checkpoints" / "last.ckpt"), str(image)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "show_attend.cli",
+            "caption",
+            "--ckpt",
+            str(caption_trained / "checkpoints" / "last.ckpt"),
+            str(image),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{image}: ")
@@ -429,11 +475,23 @@ def test_frozen_encoder_features_are_cached_once_and_used_for_training(tiny_shap
     cache = tmp_path / "cache"
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, batch_size=8, min_word_freq=1, feature_cache=str(cache))
     model = CaptionerModule(
-        datamodule.vocabulary_tokens, encoder={"backbone": "vgg16", "pretrained": False, "grid_size": 2},
-        decoder=TINY_MODEL["decoder"], image_size=32, beam_size=1, max_decode_length=5,
+        datamodule.vocabulary_tokens,
+        encoder={"backbone": "vgg16", "pretrained": False, "grid_size": 2},
+        decoder=TINY_MODEL["decoder"],
+        image_size=32,
+        beam_size=1,
+        max_decode_length=5,
     )
-    trainer = pl.Trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False, callbacks=[EncoderToFeatureCache()],
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = pl.Trainer(
+        max_steps=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[EncoderToFeatureCache()],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(model, datamodule)
     assert [p.name.split("-")[0] for p in cache.glob("*.npy")] == ["train"]  # the split fit used (no validation here)
     batch = collate([datamodule.dataset("train")[0]])

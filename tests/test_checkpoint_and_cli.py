@@ -32,7 +32,9 @@ def test_crafted_pickle_checkpoint_is_refused_and_nothing_in_it_runs(tmp_path):
 def test_plain_checkpoint_round_trips_with_the_model_weights_only(tmp_path):
     path = tmp_path / "ok.ckpt"
     state_dict = {"model.w": torch.ones(2), "baseline.value": torch.zeros(())}  # a LightningModule's keys
-    torch.save({"state_dict": state_dict, "hyper_parameters": {"vocabulary": ["a", "b"], "dim": 4}, **model_tag("show-attend")}, path)
+    torch.save(
+        {"state_dict": state_dict, "hyper_parameters": {"vocabulary": ["a", "b"], "dim": 4}, **model_tag("show-attend")}, path
+    )
     files = load_model_files(path, "show-attend")
     assert list(files.state_dict) == ["w"] and torch.equal(files.state_dict["w"], torch.ones(2))
     assert files.hyper_parameters == {"vocabulary": ["a", "b"], "dim": 4} and files.omitted is None
@@ -42,7 +44,11 @@ def test_exported_folder_round_trips_with_no_pickle(tmp_path):
     shared_storage = torch.arange(6.0)
     out = export_folder(tmp_path / "model", "speech-attend", {"a": shared_storage[:3], "b": shared_storage}, {"name": "x"})
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
-    assert json.loads((out / "config.json").read_text()) == {"format": "attend/1", "app": "speech-attend", "hyper_parameters": {"name": "x"}}
+    assert json.loads((out / "config.json").read_text()) == {
+        "format": "attend/1",
+        "app": "speech-attend",
+        "hyper_parameters": {"name": "x"},
+    }
     files = load_model_files(out, "speech-attend")
     assert torch.equal(files.state_dict["a"], torch.arange(3.0)) and files.hyper_parameters == {"name": "x"}
 
@@ -68,11 +74,14 @@ def test_empty_or_corrupt_checkpoint_gives_an_error_naming_the_file(tmp_path, co
         safe_torch_load(tmp_path / "missing.ckpt")
 
 
-@pytest.mark.parametrize("content, kind", [
-    (b"\x89PNG\r\n\x1a\n" + bytes(100), "a PNG image"),
-    (b"fLaC" + bytes(100), "a FLAC file"),
-    (b"a text file, not a checkpoint\n", "text"),
-])
+@pytest.mark.parametrize(
+    "content, kind",
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(100), "a PNG image"),
+        (b"fLaC" + bytes(100), "a FLAC file"),
+        (b"a text file, not a checkpoint\n", "text"),
+    ],
+)
 def test_a_file_of_another_kind_is_named_as_such_not_called_unsafe(tmp_path, content, kind):
     path = tmp_path / "model.ckpt"
     path.write_bytes(content)

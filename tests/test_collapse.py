@@ -57,9 +57,13 @@ def test_measuring_no_outputs_is_refused():
 
 
 def test_the_warning_names_the_repeated_output_and_says_what_to_do():
-    message = collapse_warning(output_collapse(["big big big big"] * 291 + [f"caption {i}" for i in range(9)]), "validation", "captions")
-    assert message == ("validation: 97% of the 300 captions are the same one ('big big big ...'): "
-                       "the model has collapsed; train longer or lower the learning rate")
+    message = collapse_warning(
+        output_collapse(["big big big big"] * 291 + [f"caption {i}" for i in range(9)]), "validation", "captions"
+    )
+    assert message == (
+        "validation: 97% of the 300 captions are the same one ('big big big ...'): "
+        "the model has collapsed; train longer or lower the learning rate"
+    )
     message = collapse_warning(output_collapse([""] * 20), "test", "transcripts")
     assert message.startswith("test: 100% of the 20 transcripts are the same one ((empty))")
 
@@ -114,9 +118,16 @@ def _fit(captions: list[str], tmp_path: Path, epochs: int = 3) -> tuple[pl.Train
     collapse warnings given."""
     module = _FixedOutputs(captions)
     loader = DataLoader(torch.arange(len(captions)), batch_size=8)
-    trainer = pl.Trainer(accelerator="cpu", max_epochs=epochs, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=-1,
-                         default_root_dir=tmp_path)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=-1,
+        default_root_dir=tmp_path,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every warning given, not only the first of each text
         trainer.fit(module, loader, loader)
@@ -125,8 +136,10 @@ def _fit(captions: list[str], tmp_path: Path, epochs: int = 3) -> tuple[pl.Train
 
 def test_validation_warns_once_per_run_when_every_caption_is_the_same(tmp_path):
     trainer, warned = _fit(["big big big big"] * 30, tmp_path)
-    assert warned == ["validation: 100% of the 30 captions are the same one ('big big big ...'): "
-                      "the model has collapsed; train longer or lower the learning rate"]  # 3 validations, one warning
+    assert warned == [
+        "validation: 100% of the 30 captions are the same one ('big big big ...'): "
+        "the model has collapsed; train longer or lower the learning rate"
+    ]  # 3 validations, one warning
     assert trainer.callback_metrics["val/distinct_outputs"] == pytest.approx(1 / 30)
     assert trainer.callback_metrics["val/looping_outputs"] == pytest.approx(1.0)
 
@@ -200,11 +213,13 @@ def _tiny_captioner(words: list[str], **config) -> Captioner:
 
 def _favour(step, token: int):
     """``step`` with every output's probability moved onto ``token`` (``<eos>`` unlikely)."""
+
     def looping(tokens, state, memory):
         log_probs, state, attention = step(tokens, state, memory)
         biased = torch.full_like(log_probs, -10.0)
         biased[:, token] = 0.0
         return biased.log_softmax(-1), state, attention
+
     return looping
 
 
@@ -224,8 +239,19 @@ def test_the_captioner_ends_a_caption_that_repeats_one_word():
 
 
 def test_the_recognizer_ends_a_transcript_that_repeats_one_character():
-    hparams = {"vocabulary": list("abcdefgh "), "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16,
-               "embedding_dim": 8, "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2}}
+    hparams = {
+        "vocabulary": list("abcdefgh "),
+        "las": {
+            "listener_hidden": 8,
+            "pyramid_layers": 2,
+            "speller_hidden": 16,
+            "embedding_dim": 8,
+            "attention_dim": 8,
+            "location_filters": 2,
+            "location_kernel": 5,
+            "ctc_upsample": 2,
+        },
+    }
     torch.manual_seed(0)
     model = build_recognizer(hparams)
     vocabulary, decoding = model.vocabulary, model.decoding

@@ -75,8 +75,16 @@ def test_score_gives_the_log_probabilities_the_steps_give():
     speech_tokens, caption_tokens, features = _sequences(3, 7, 20), _sequences(3, 6, 30), torch.randn(3, 9, 8)
     with torch.no_grad():
         for scored, (step_log_probs, step_alphas), tokens in (
-            (speller.score(states, lengths, speech_tokens), _stepped(speller.step, *reversed(speller.start(states, lengths)), speech_tokens), speech_tokens),
-            (decoder.score(features, caption_tokens), _stepped(decoder.step, *reversed(decoder.start(features)), caption_tokens), caption_tokens),
+            (
+                speller.score(states, lengths, speech_tokens),
+                _stepped(speller.step, *reversed(speller.start(states, lengths)), speech_tokens),
+                speech_tokens,
+            ),
+            (
+                decoder.score(features, caption_tokens),
+                _stepped(decoder.step, *reversed(decoder.start(features)), caption_tokens),
+                caption_tokens,
+            ),
         ):
             log_probs, alphas = scored[0], scored[1]
             expected = step_log_probs.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (B, T)
@@ -92,7 +100,10 @@ def test_score_is_zero_past_each_sequences_length_and_unchanged_before_it():
     real = torch.arange(7)[None, :] < lengths[:, None]
     with torch.no_grad():
         for full, cut in (
-            (speller.score(states, encoder_lengths, speech_tokens), speller.score(states, encoder_lengths, speech_tokens, lengths)),
+            (
+                speller.score(states, encoder_lengths, speech_tokens),
+                speller.score(states, encoder_lengths, speech_tokens, lengths),
+            ),
             (decoder.score(features, caption_tokens), decoder.score(features, caption_tokens, lengths)),
         ):
             assert (cut[0][~real] == 0).all() and (cut[1][~real] == 0).all()
@@ -135,8 +146,14 @@ def _as_lstm_cells(speller: Speller) -> dict:
         bias = speller.embed_to_gates.bias if k == 0 else layer.bias
         if k == 0:
             weight_ih = torch.cat([speller.embed_to_gates.weight, weight_ih], 1)
-        state.update({f"cells.{k}.weight_ih": weight_ih.clone(), f"cells.{k}.weight_hh": weight_hh.clone(),
-                      f"cells.{k}.bias_ih": bias - 0.25, f"cells.{k}.bias_hh": torch.full_like(bias, 0.25)})
+        state.update(
+            {
+                f"cells.{k}.weight_ih": weight_ih.clone(),
+                f"cells.{k}.weight_hh": weight_hh.clone(),
+                f"cells.{k}.bias_ih": bias - 0.25,
+                f"cells.{k}.bias_hh": torch.full_like(bias, 0.25),
+            }
+        )
     return state
 
 
@@ -158,7 +175,9 @@ def test_the_shipped_recognizer_saved_with_lstm_cells_loads_into_the_shared_step
     assert "speller.embed_to_gates.weight" in new and not any(".cells." in key for key in new)
     context = new["speller.lstm.0.weight"].size(1) - new["speller.lstm.0.weight"].size(0) // 4
     old = {key: value for key, value in new.items() if not key.startswith(("speller.embed_to_gates.", "speller.lstm.0."))}
-    old["speller.cells.0.weight_ih"] = torch.cat([new["speller.embed_to_gates.weight"], new["speller.lstm.0.weight"][:, :context]], 1)
+    old["speller.cells.0.weight_ih"] = torch.cat(
+        [new["speller.embed_to_gates.weight"], new["speller.lstm.0.weight"][:, :context]], 1
+    )
     old["speller.cells.0.weight_hh"] = new["speller.lstm.0.weight"][:, context:]
     old["speller.cells.0.bias_ih"] = new["speller.embed_to_gates.bias"] / 2
     old["speller.cells.0.bias_hh"] = new["speller.embed_to_gates.bias"] / 2
@@ -172,7 +191,10 @@ def test_a_captioner_decoder_saved_with_split_gate_weights_loads_and_writes_the_
     saved = _decoder()
     state = {k: v.clone() for k, v in saved.state_dict().items() if k != "lstm.weight"}
     d = saved.feature_dim
-    state["context_to_gates.weight"], state["hidden_to_gates.weight"] = saved.lstm.weight[:, :d].clone(), saved.lstm.weight[:, d:].clone()
+    state["context_to_gates.weight"], state["hidden_to_gates.weight"] = (
+        saved.lstm.weight[:, :d].clone(),
+        saved.lstm.weight[:, d:].clone(),
+    )
     loaded = _decoder()
     torch.nn.init.zeros_(loaded.lstm.weight)
     loaded.load_state_dict(state)
@@ -210,10 +232,19 @@ def test_a_run_saved_before_the_shared_step_resumes_with_the_same_adam_moments()
     saved_names = kept + list(cells)
     state_dict = {n: torch.zeros(1) for n in saved_names}
     state_dict[prefix + "embedding.weight"] = torch.zeros(1, embedding)
-    saved = {i: {"step": today["state"][0]["step"], **(cells[n] if n in cells else {f: moments[n][f] for f in ("exp_avg", "exp_avg_sq")})}
-             for i, n in enumerate(saved_names)}
-    checkpoint = {"state_dict": state_dict, "optimizer_states": [
-        {"state": saved, "param_groups": [dict(today["param_groups"][0], params=list(range(len(saved_names))))]}]}
+    saved = {
+        i: {
+            "step": today["state"][0]["step"],
+            **(cells[n] if n in cells else {f: moments[n][f] for f in ("exp_avg", "exp_avg_sq")}),
+        }
+        for i, n in enumerate(saved_names)
+    }
+    checkpoint = {
+        "state_dict": state_dict,
+        "optimizer_states": [
+            {"state": saved, "param_groups": [dict(today["param_groups"][0], params=list(range(len(saved_names))))]}
+        ],
+    }
     _optimizer_states_from_lstm_cells(checkpoint, module)
     restored = checkpoint["optimizer_states"][0]
     assert restored["param_groups"][0]["params"] == list(range(len(names)))

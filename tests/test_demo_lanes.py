@@ -37,8 +37,15 @@ class _ThreadCounter(pl.LightningModule):
 def _fit(tmp_path, writes, steps=6):
     path = tmp_path / "run.threads"
     model = _ThreadCounter(path, writes)
-    trainer = pl.Trainer(default_root_dir=tmp_path, max_steps=steps, callbacks=[ThreadsFromFile(str(path))], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=steps,
+        callbacks=[ThreadsFromFile(str(path))],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -109,8 +116,16 @@ class _Logging(pl.LightningModule):
 
 def test_a_running_trainings_steps_are_read_from_its_metrics_file_as_it_logs_them(tmp_path):
     progress = _Progress(tmp_path)
-    trainer = pl.Trainer(default_root_dir=tmp_path, max_steps=8, log_every_n_steps=2, logger=RunLogger(str(tmp_path)),
-                         callbacks=[progress], enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=8,
+        log_every_n_steps=2,
+        logger=RunLogger(str(tmp_path)),
+        callbacks=[progress],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(_Logging(), DataLoader(torch.randn(16, 2), batch_size=2))
     # before step k (k steps done) the file holds every second step: rows are written as they are logged
     assert progress.seen == [None, None, 2, 2, 4, 4, 6, 6]
@@ -172,8 +187,10 @@ def _bench_threads():
 
 def test_the_threads_benchmark_reads_an_epochs_seconds_from_the_progress_bar():
     bench = _bench_threads()
-    log = ("Epoch 0: 100%|##########| 250/250 [00:49<00:00, 5.1it/s]\rEpoch 1:  50%|#####| 125/250 [00:20<00:20]"
-           "\rEpoch 1: 100%|##########| 250/250 [01:04<00:00, 3.9it/s, v_num=0]\rEpoch 2:   0%|")
+    log = (
+        "Epoch 0: 100%|##########| 250/250 [00:49<00:00, 5.1it/s]\rEpoch 1:  50%|#####| 125/250 [00:20<00:20]"
+        "\rEpoch 1: 100%|##########| 250/250 [01:04<00:00, 3.9it/s, v_num=0]\rEpoch 2:   0%|"
+    )
     assert bench._epoch_seconds(log, 0) == 49
     assert bench._epoch_seconds(log, 1) == 64
     assert bench._epoch_seconds(log, 2) is None

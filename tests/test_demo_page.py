@@ -18,11 +18,23 @@ def _touch(path: Path) -> str:
 
 
 def test_page_links_every_artifact_and_nothing_missing(tmp_path):
-    captions = [{"image": _touch(tmp_path / "images/a.png"), "caption": "a red circle",
-                 "references": ["A red circle.", "A small red circle."],
-                 "overlay": _touch(tmp_path / "overlays/a.png")}]
-    transcripts = [{"audio": _touch(tmp_path / "audio/u.wav"), "reference": "the cat sat", "text": "the hat sat",
-                    "alignment": _touch(tmp_path / "alignments/u.png"), "duration_s": 1.5}]
+    captions = [
+        {
+            "image": _touch(tmp_path / "images/a.png"),
+            "caption": "a red circle",
+            "references": ["A red circle.", "A small red circle."],
+            "overlay": _touch(tmp_path / "overlays/a.png"),
+        }
+    ]
+    transcripts = [
+        {
+            "audio": _touch(tmp_path / "audio/u.wav"),
+            "reference": "the cat sat",
+            "text": "the hat sat",
+            "alignment": _touch(tmp_path / "alignments/u.png"),
+            "duration_s": 1.5,
+        }
+    ]
     curves = {"captioner": _touch(tmp_path / "curves/captioner.png")}
     metrics = {"captioner": {"exact_match": 1.0, "train_seconds": 251.5}, "recognizer": {"cer": 0.05, "wer": None}}
     page = build_page(tmp_path, metrics, captions, transcripts, curves)
@@ -61,20 +73,59 @@ def test_a_caption_is_marked_exact_only_when_it_equals_a_reference(tmp_path):
 
 def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
     explain = {
-        "summary": {"images": 2, "words": 9, "peak_in_top3": 0.5, "peaks_differ": 0.6, "rank_correlation": 0.2,
-                    "drop_at_attention_peak": 0.4, "drop_at_random": 0.01},
-        "disagree": [{"png": _touch(tmp_path / "explain/a.png"), "caption": "a red circle", "rank_correlation": -0.1,
-                      "in_top3": 1, "words": 4}],
-        "agree": [{"png": _touch(tmp_path / "explain/b.png"), "caption": "a blue square", "rank_correlation": 0.8,
-                   "in_top3": 4, "words": 5}],
+        "summary": {
+            "images": 2,
+            "words": 9,
+            "peak_in_top3": 0.5,
+            "peaks_differ": 0.6,
+            "rank_correlation": 0.2,
+            "drop_at_attention_peak": 0.4,
+            "drop_at_random": 0.01,
+        },
+        "disagree": [
+            {
+                "png": _touch(tmp_path / "explain/a.png"),
+                "caption": "a red circle",
+                "rank_correlation": -0.1,
+                "in_top3": 1,
+                "words": 4,
+            }
+        ],
+        "agree": [
+            {
+                "png": _touch(tmp_path / "explain/b.png"),
+                "caption": "a blue square",
+                "rank_correlation": 0.8,
+                "in_top3": 4,
+                "words": 5,
+            }
+        ],
     }
     failures = {
-        "identical": {"caption": "a red circle left of a red circle", "reference": "a big red circle left of a big red circle",
-                      "image": _touch(tmp_path / "failures" / "identical.png"), "words": [{"word": "red", "on_first": 0.4, "on_second": 0.5}]},
-        "longer": {"caption": "a red circle", "reference": "six objects", "image": _touch(tmp_path / "failures" / "longer.png"), "objects": 6},
-        "wrong_mask": {"reference": "no bird spoke", "seconds": 0.9, "padded_to_seconds": 3.9,
-                       "mask_right": {"text": "no bird spoke", "cer": 0.0, "attention_on_padding": 0.0, "image": _touch(tmp_path / "failures" / "mask_right.png")},
-                       "mask_dropped": {"text": "no bird spoke spoke", "cer": 0.4, "attention_on_padding": 0.3, "image": None}},
+        "identical": {
+            "caption": "a red circle left of a red circle",
+            "reference": "a big red circle left of a big red circle",
+            "image": _touch(tmp_path / "failures" / "identical.png"),
+            "words": [{"word": "red", "on_first": 0.4, "on_second": 0.5}],
+        },
+        "longer": {
+            "caption": "a red circle",
+            "reference": "six objects",
+            "image": _touch(tmp_path / "failures" / "longer.png"),
+            "objects": 6,
+        },
+        "wrong_mask": {
+            "reference": "no bird spoke",
+            "seconds": 0.9,
+            "padded_to_seconds": 3.9,
+            "mask_right": {
+                "text": "no bird spoke",
+                "cer": 0.0,
+                "attention_on_padding": 0.0,
+                "image": _touch(tmp_path / "failures" / "mask_right.png"),
+            },
+            "mask_dropped": {"text": "no bird spoke spoke", "cer": 0.4, "attention_on_padding": 0.3, "image": None},
+        },
     }
     not_run = {"command": "python scripts/bottleneck.py --quick", "plots": []}
     page = build_page(tmp_path, {}, [], [], {}, explain, not_run, failures)
@@ -150,9 +201,11 @@ def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp
     def long_fit(module, config, data_dir, extra, lane):
         seen["extra"] = extra
         # Waits (at most 30 s) for the threads file that the training's ThreadsFromFile reads.
-        probe = (f"import os, time\npath = {str(lane.threads_file)!r}\nprint(os.environ['OMP_NUM_THREADS'])\n"
-                 "deadline = time.time() + 30\nwhile not os.path.exists(path) and time.time() < deadline: time.sleep(0.05)\n"
-                 "print(open(path).read().strip() if os.path.exists(path) else 'no file')")
+        probe = (
+            f"import os, time\npath = {str(lane.threads_file)!r}\nprint(os.environ['OMP_NUM_THREADS'])\n"
+            "deadline = time.time() + 30\nwhile not os.path.exists(path) and time.time() < deadline: time.sleep(0.05)\n"
+            "print(open(path).read().strip() if os.path.exists(path) else 'no file')"
+        )
         demo._run([sys.executable, "-c", probe], lane)
         seen["recognizer"] = lane.log.read_text().splitlines()[-2:]
         return "run", 1.0

@@ -279,7 +279,10 @@ def test_caption_overlays_that_do_not_fit_are_one_line_naming_the_file_and_exit_
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(0)
     module = CaptionerModule(
-        datamodule.vocabulary_tokens, image_size=32, beam_size=2, max_decode_length=5,
+        datamodule.vocabulary_tokens,
+        image_size=32,
+        beam_size=2,
+        max_decode_length=5,
         encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
         decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
     )
@@ -291,7 +294,9 @@ def test_caption_overlays_that_do_not_fit_are_one_line_naming_the_file_and_exit_
 
     line = _one_error_line(capsys.readouterr().err, "show-attend")
     assert code == 2
-    assert line == f"show-attend: error: could not write the picture {tmp_path / 'out' / image.with_suffix('.png').name}: {NO_SPACE}"
+    assert (
+        line == f"show-attend: error: could not write the picture {tmp_path / 'out' / image.with_suffix('.png').name}: {NO_SPACE}"
+    )
     assert list((tmp_path / "out").iterdir()) == []
 
 
@@ -311,14 +316,23 @@ def _caption_config(path: Path, data_dir: Path, run_dir: Path, max_steps: int, c
     config = {
         "seed_everything": 0,
         "trainer": {
-            "accelerator": "cpu", "devices": 1, "max_steps": max_steps, "val_check_interval": 3,
-            "num_sanity_val_steps": 0, "log_every_n_steps": 1, "enable_progress_bar": False,
-            "enable_model_summary": False, "default_root_dir": str(run_dir), "callbacks": callbacks or [],
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_steps": max_steps,
+            "val_check_interval": 3,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(run_dir),
+            "callbacks": callbacks or [],
         },
         "model": {
             "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
             "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
-            "optimizer": {"lr": 0.003}, "beam_size": 2, "max_decode_length": 8,
+            "optimizer": {"lr": 0.003},
+            "beam_size": 2,
+            "max_decode_length": 8,
         },
         "data": {"data_dir": str(data_dir), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
     }
@@ -342,7 +356,8 @@ def _assert_stopped_by_a_full_disk(code: int, err: str, run: Path) -> None:
 
 
 def test_a_training_whose_second_checkpoint_does_not_fit_stops_in_one_line_keeping_the_first_and_the_metrics(
-        tiny_shapes, tmp_path, monkeypatch, capsys):
+    tiny_shapes, tmp_path, monkeypatch, capsys
+):
     saves = []
     real_save = torch.save
 
@@ -366,8 +381,10 @@ def small_disk(tmp_path):
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip() or mounted.returncode}); "
-                    "the ENOSPC writers above test the same code")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({mounted.stderr.strip() or mounted.returncode}); "
+            "the ENOSPC writers above test the same code"
+        )
     try:
         yield disk
     finally:
@@ -426,7 +443,8 @@ class FillDiskAtStep(pl.Callback):
 
 
 def test_a_training_into_a_nearly_full_file_system_stops_in_one_line_keeping_the_checkpoint_and_the_metrics(
-        small_disk, tiny_shapes, tmp_path, capsys):
+    small_disk, tiny_shapes, tmp_path, capsys
+):
     fill = {"class_path": "test_disk_full.FillDiskAtStep", "init_args": {"step": 3, "leave": 64 * 1024}}  # room for metrics
     config = _caption_config(tmp_path / "c.yaml", tiny_shapes, small_disk, max_steps=9, callbacks=[fill])
     code = caption_main(["fit", "--config", str(config)])

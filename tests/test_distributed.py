@@ -73,21 +73,37 @@ def recognizer_ddp(tmp_path_factory) -> dict:
     corpus = root / "synth"
     assert speech_main(["prepare", "synth", "--out", str(corpus), "--train", "8", "--dev", "2", "--test", "5"]) == 0
     run = root / "run"
-    config = _write(root / "ddp.yaml", {
-        "seed_everything": 0,
-        "trainer": {
-            **DDP, "max_steps": 4, "limit_val_batches": 1, "num_sanity_val_steps": 0,
-            "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(run),
-            "callbacks": [{"class_path": "test_distributed.RecordTrainingKeys", "init_args": {"out": str(root / "keys")}}],
+    config = _write(
+        root / "ddp.yaml",
+        {
+            "seed_everything": 0,
+            "trainer": {
+                **DDP,
+                "max_steps": 4,
+                "limit_val_batches": 1,
+                "num_sanity_val_steps": 0,
+                "enable_progress_bar": False,
+                "enable_model_summary": False,
+                "default_root_dir": str(run),
+                "callbacks": [{"class_path": "test_distributed.RecordTrainingKeys", "init_args": {"out": str(root / "keys")}}],
+            },
+            "model": {
+                "las": {
+                    "listener_hidden": 8,
+                    "pyramid_layers": 2,
+                    "speller_hidden": 16,
+                    "embedding_dim": 8,
+                    "attention_dim": 8,
+                    "location_filters": 2,
+                    "location_kernel": 5,
+                    "ctc_upsample": 2,
+                },
+                "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
+                "optimizer": {"warmup_steps": 1},
+            },
+            "data": {"data_dir": str(corpus), "batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
         },
-        "model": {
-            "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
-                    "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2},
-            "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-            "optimizer": {"warmup_steps": 1},
-        },
-        "data": {"data_dir": str(corpus), "batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
-    })
+    )
     _run_ddp("speech_attend", ["fit", "--config", str(config)])
     return {"root": root, "corpus": corpus, "config": config, "ckpt": next(run.rglob("last.ckpt"))}
 
@@ -135,18 +151,30 @@ def captioner_ddp(tmp_path_factory) -> dict:
     shapes = root / "shapes"
     prepare_shapes(shapes, train=24, val=3, test=5, seed=1, image_size=32, max_objects=2, progress=False)
     run = root / "run"
-    config = _write(root / "ddp.yaml", {
-        "seed_everything": 0,
-        "trainer": {**DDP, "max_steps": 200, "num_sanity_val_steps": 0, "check_val_every_n_epoch": 1000, "enable_progress_bar": False,
-                    "enable_model_summary": False, "default_root_dir": str(run)},
-        "model": {
-            "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
-            "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
-            "optimizer": {"lr": 0.003}, "beam_size": 2, "max_decode_length": 12,
+    config = _write(
+        root / "ddp.yaml",
+        {
+            "seed_everything": 0,
+            "trainer": {
+                **DDP,
+                "max_steps": 200,
+                "num_sanity_val_steps": 0,
+                "check_val_every_n_epoch": 1000,
+                "enable_progress_bar": False,
+                "enable_model_summary": False,
+                "default_root_dir": str(run),
+            },
+            "model": {
+                "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+                "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
+                "optimizer": {"lr": 0.003},
+                "beam_size": 2,
+                "max_decode_length": 12,
+            },
+            # one image per evaluation batch: each image is decoded by the same arithmetic on 1 or 2 ranks
+            "data": {"data_dir": str(shapes), "image_size": 32, "batch_size": 8, "eval_batch_size": 1, "min_word_freq": 1},
         },
-        # one image per evaluation batch: each image is decoded by the same arithmetic on 1 or 2 ranks
-        "data": {"data_dir": str(shapes), "image_size": 32, "batch_size": 8, "eval_batch_size": 1, "min_word_freq": 1},
-    })
+    )
     _run_ddp("show_attend", ["fit", "--config", str(config)])
     return {"root": root, "config": config, "ckpt": run / "version_0" / "checkpoints" / "last.ckpt"}
 

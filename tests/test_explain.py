@@ -37,9 +37,15 @@ def trained_captioner(tiny_shapes):
     """A tiny captioner fitted to a batch of tiny_shapes for a few dozen steps."""
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(0)
-    module = CaptionerModule(datamodule.vocabulary_tokens, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16,
-                             "channels_last": False}, decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
-                             image_size=32, beam_size=2, max_decode_length=12, doubly_stochastic=0.0)
+    module = CaptionerModule(
+        datamodule.vocabulary_tokens,
+        encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+        decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
+        image_size=32,
+        beam_size=2,
+        max_decode_length=12,
+        doubly_stochastic=0.0,
+    )
     batch = collate([datamodule.dataset("val")[i] for i in range(4)])
     optimizer = torch.optim.Adam(module.parameters(), lr=3e-3)
     for _ in range(60):
@@ -86,7 +92,9 @@ def test_explain_command_writes_a_png_and_a_line_per_word(trained_captioner, tin
 
 
 def test_speech_span_drops_and_explain_command(tiny_synth, tmp_path, capsys):
-    hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefghijklmnopqrstuvwxyz '")}
+    hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {
+        "vocabulary": list("abcdefghijklmnopqrstuvwxyz '")
+    }
     torch.manual_seed(0)
     model = build_recognizer(hparams)
     vocabulary = model.vocabulary

@@ -15,17 +15,54 @@ from speech_attend.model.las import build_recognizer
 
 def test_the_three_examples(tiny_synth, tmp_path):
     torch.manual_seed(0)
-    words = ["a", "big", "small", "red", "green", "blue", "yellow", "purple", "orange", "white", "circle", "square",
-             "triangle", "diamond", "left", "of", "above"]
-    captioner = CaptionerModule(words, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
-                                decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8}, image_size=32, max_decode_length=6)
+    words = [
+        "a",
+        "big",
+        "small",
+        "red",
+        "green",
+        "blue",
+        "yellow",
+        "purple",
+        "orange",
+        "white",
+        "circle",
+        "square",
+        "triangle",
+        "diamond",
+        "left",
+        "of",
+        "above",
+    ]
+    captioner = CaptionerModule(
+        words,
+        encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+        decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8},
+        image_size=32,
+        max_decode_length=6,
+    )
     export_folder(tmp_path / "captioner", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
-    hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefghijklmnopqrstuvwxyz '")}
+    hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {
+        "vocabulary": list("abcdefghijklmnopqrstuvwxyz '")
+    }
     recognizer = build_recognizer(hparams)
     export_folder(tmp_path / "recognizer", "speech-attend", recognizer.state_dict(), hparams)
     out = tmp_path / "out"
-    assert failure_modes.main(["--captioner", str(tmp_path / "captioner"), "--recognizer", str(tmp_path / "recognizer"),
-                               "--data", str(tiny_synth), "--out", str(out)]) == 0
+    assert (
+        failure_modes.main(
+            [
+                "--captioner",
+                str(tmp_path / "captioner"),
+                "--recognizer",
+                str(tmp_path / "recognizer"),
+                "--data",
+                str(tiny_synth),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "failure_modes.json").read_text())
     identical = results["identical"]
     reference = identical["reference"].split()
@@ -47,10 +84,18 @@ def test_faithfulness_scores_every_word_of_every_image(tiny_shapes, tmp_path, ca
     from show_attend.train.datamodule import CaptionDataModule
 
     words = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1).vocabulary_tokens
-    captioner = CaptionerModule(words, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
-                                decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8}, image_size=32, max_decode_length=6)
+    captioner = CaptionerModule(
+        words,
+        encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+        decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8},
+        image_size=32,
+        max_decode_length=6,
+    )
     export_folder(tmp_path / "model", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
-    assert faithfulness.main(["--ckpt", f"tiny={tmp_path / 'model'}", "--data", str(tiny_shapes), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        faithfulness.main(["--ckpt", f"tiny={tmp_path / 'model'}", "--data", str(tiny_shapes), "--out", str(tmp_path / "out")])
+        == 0
+    )
     result = json.loads((tmp_path / "out" / "full" / "faithfulness.json").read_text())["tiny"]
     assert result["images"] == 4 and result["words"] > 0
     for key in ("pointing_attention", "pointing_occlusion", "peaks_differ", "attention_peak_in_top3"):

@@ -31,9 +31,15 @@ def fitted(tiny_shapes, tmp_path_factory) -> tuple[Path, list[str]]:
     """A tiny captioner fitted to the 4 validation scenes for 60 steps, exported as a folder, and those scenes' files."""
     datamodule = CaptionDataModule(str(tiny_shapes), image_size=32, min_word_freq=1)
     torch.manual_seed(0)
-    module = CaptionerModule(datamodule.vocabulary_tokens, encoder={"backbone": "small", "grid_size": 4, "small_channels": 16,
-                             "channels_last": False}, decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
-                             image_size=32, beam_size=BEAMS, max_decode_length=12, doubly_stochastic=0.0)
+    module = CaptionerModule(
+        datamodule.vocabulary_tokens,
+        encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+        decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
+        image_size=32,
+        beam_size=BEAMS,
+        max_decode_length=12,
+        doubly_stochastic=0.0,
+    )
     scenes = datamodule.dataset("val")
     batch = collate([scenes[i] for i in range(4)])
     optimizer = torch.optim.Adam(module.parameters(), lr=3e-3)
@@ -155,7 +161,9 @@ def test_choosing_a_word_in_a_browser_draws_its_attention_with_no_script_errors(
         def words(figure, beam: int) -> list:
             return figure.find_elements(By.CSS_SELECTOR, f'.word[data-beam="{beam}"]')
 
-        figure = next(f for f in figures if len(words(f, 0)) >= 2 and len(words(f, 1)) >= 2)  # a tiny model's caption may be empty
+        figure = next(
+            f for f in figures if len(words(f, 0)) >= 2 and len(words(f, 1)) >= 2
+        )  # a tiny model's caption may be empty
         untouched = next(f for f in figures if f != figure)
         blank = picture(figure)
         first, second = words(figure, 0)[:2]
@@ -257,14 +265,19 @@ def test_caption_without_ckpt_is_one_line_saying_no_captioner_ships(images, caps
     assert "no captioner ships" in err and "--ckpt" in err
 
 
-@pytest.mark.parametrize("option, value, expected", [
-    ("--device", "cuda", "no CUDA GPU"),
-    ("--device", "cuda:7", "no CUDA GPU"),
-    ("--device", "banana", "expected cpu, cuda or cuda:N"),
-    ("--beam-size", "0", "must be >= 1"),
-    ("--max-length", "0", "must be >= 1"),
-])
-def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(images, tmp_path, capsys, monkeypatch, option, value, expected):
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--device", "cuda", "no CUDA GPU"),
+        ("--device", "cuda:7", "no CUDA GPU"),
+        ("--device", "banana", "expected cpu, cuda or cuda:N"),
+        ("--beam-size", "0", "must be >= 1"),
+        ("--max-length", "0", "must be >= 1"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(
+    images, tmp_path, capsys, monkeypatch, option, value, expected
+):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a machine with a GPU
     code = main(["caption", "--ckpt", str(tmp_path / "no-such-model"), option, value, images[0]])
     err = capsys.readouterr().err.strip()

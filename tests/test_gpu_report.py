@@ -45,16 +45,28 @@ def test_loss_curve_fails_a_nan_a_short_run_and_a_small_drop(tmp_path):
 
 def test_bench_report_divides_the_docs_cpu_time_by_the_measured_one(tmp_path):
     beam = {"batched_seconds": 0.5, "one_at_a_time_seconds": 2.0, "speedup_batched_beam": 4.0}
-    results = {"machine": "test", "quick": False, "matmul_gflop_per_s": 1.0, "matmul_gflop_per_s_bf16": 2.0,
-               "train_step": {"step_seconds": 0.25}, "beam": {"fp32": beam, "bf16": beam}}
+    results = {
+        "machine": "test",
+        "quick": False,
+        "matmul_gflop_per_s": 1.0,
+        "matmul_gflop_per_s_bf16": 2.0,
+        "train_step": {"step_seconds": 0.25},
+        "beam": {"fp32": beam, "bf16": beam},
+    }
     output = tmp_path / "bench.txt"
     output.write_text("recognizer benchmark ...\n" + json.dumps(results) + "\n")
     docs = tmp_path / "BENCHMARKS.md"
-    docs.write_text("| training step, batch 16 | 5.00 s, 2692 frames/s |\n"
-                    "| speedup_batched_beam, 64 utterances, fp32 | **3.00x** (10.00 s against 30.00 s; 64/64 equal) |\n")
+    docs.write_text(
+        "| training step, batch 16 | 5.00 s, 2692 frames/s |\n"
+        "| speedup_batched_beam, 64 utterances, fp32 | **3.00x** (10.00 s against 30.00 s; 64/64 equal) |\n"
+    )
     report = gpu_report.bench_report("recognizer", output, docs)
     assert report["ok"]
-    assert report["cpu_docs_over_this"] == {"train_step_fp32_s": 20.0, "beam_batched_fp32_s": 20.0, "beam_one_at_a_time_fp32_s": 15.0}
+    assert report["cpu_docs_over_this"] == {
+        "train_step_fp32_s": 20.0,
+        "beam_batched_fp32_s": 20.0,
+        "beam_one_at_a_time_fp32_s": 15.0,
+    }
 
 
 def test_stage_records_a_time_limit_as_timed_out(tmp_path):

@@ -11,9 +11,23 @@ import yaml
 from speech_attend.cli import main as speech_main
 from speech_attend.model.las import build_recognizer
 
-_LAS = {"listener_hidden": 8, "listener_layers": 1, "pyramid_layers": 2, "input_stack": 1, "layer_norm": True,
-        "speller_hidden": 16, "speller_layers": 1, "embedding_dim": 8, "attention": "location", "attention_dim": 8,
-        "location_filters": 2, "location_kernel": 5, "dropout": 0.1, "ctc_upsample": 2, "summary": "mean"}
+_LAS = {
+    "listener_hidden": 8,
+    "listener_layers": 1,
+    "pyramid_layers": 2,
+    "input_stack": 1,
+    "layer_norm": True,
+    "speller_hidden": 16,
+    "speller_layers": 1,
+    "embedding_dim": 8,
+    "attention": "location",
+    "attention_dim": 8,
+    "location_filters": 2,
+    "location_kernel": 5,
+    "dropout": 0.1,
+    "ctc_upsample": 2,
+    "summary": "mean",
+}
 
 
 def _hparams(**las) -> dict:
@@ -76,8 +90,12 @@ def test_a_size_below_the_old_one_or_above_twice_it_is_refused(listener, speller
 
 def test_the_command_names_a_missing_checkpoint_in_one_line(tmp_path, capsys):
     missing = tmp_path / "none.ckpt"
-    assert grow_recognizer.main(["--ckpt", str(missing), "--out", str(tmp_path / "g.ckpt"),
-                                 "--listener-hidden", "16", "--speller-hidden", "16"]) == 2
+    assert (
+        grow_recognizer.main(
+            ["--ckpt", str(missing), "--out", str(tmp_path / "g.ckpt"), "--listener-hidden", "16", "--speller-hidden", "16"]
+        )
+        == 2
+    )
     error = capsys.readouterr().err.strip()
     assert error.startswith("grow_recognizer: error:") and str(missing) in error and "\n" not in error
     assert not (tmp_path / "g.ckpt").exists()
@@ -87,8 +105,12 @@ def test_the_command_names_a_missing_checkpoint_in_one_line(tmp_path, capsys):
 def test_the_command_names_a_corrupt_or_empty_checkpoint_in_one_line(tmp_path, capsys, content):
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(content)
-    assert grow_recognizer.main(["--ckpt", str(bad), "--out", str(tmp_path / "g.ckpt"),
-                                 "--listener-hidden", "16", "--speller-hidden", "16"]) == 2
+    assert (
+        grow_recognizer.main(
+            ["--ckpt", str(bad), "--out", str(tmp_path / "g.ckpt"), "--listener-hidden", "16", "--speller-hidden", "16"]
+        )
+        == 2
+    )
     error = capsys.readouterr().err.strip()
     assert error.startswith("grow_recognizer: error:") and str(bad) in error and "\n" not in error
     assert not (tmp_path / "g.ckpt").exists()
@@ -97,10 +119,20 @@ def test_the_command_names_a_corrupt_or_empty_checkpoint_in_one_line(tmp_path, c
 def test_the_command_names_an_unwritable_output_in_one_line(tmp_path, capsys):
     checkpoint = tmp_path / "narrow.ckpt"
     model = build_recognizer(_hparams())
-    torch.save({"hyper_parameters": _hparams(), "global_step": 0, "optimizer_states": [],
-                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, checkpoint)
+    torch.save(
+        {
+            "hyper_parameters": _hparams(),
+            "global_step": 0,
+            "optimizer_states": [],
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        },
+        checkpoint,
+    )
     out = tmp_path / "no_such_folder" / "g.ckpt"
-    assert grow_recognizer.main(["--ckpt", str(checkpoint), "--out", str(out), "--listener-hidden", "16", "--speller-hidden", "16"]) == 1
+    assert (
+        grow_recognizer.main(["--ckpt", str(checkpoint), "--out", str(out), "--listener-hidden", "16", "--speller-hidden", "16"])
+        == 1
+    )
     error = capsys.readouterr().err.strip()
     assert error.startswith("grow_recognizer: error: could not write") and str(out) in error and "\n" not in error
 
@@ -109,16 +141,37 @@ def test_the_command_names_an_unwritable_output_in_one_line(tmp_path, capsys):
 def test_a_grown_checkpoint_resumes_training_at_its_step_with_the_new_sizes(tiny_synth, tmp_path):
     def config(run: Path, max_steps: int) -> Path:
         path = tmp_path / f"{run.name}.yaml"
-        path.write_text(yaml.safe_dump({
-            "seed_everything": 0,
-            "trainer": {"accelerator": "cpu", "devices": 1, "max_steps": max_steps, "limit_val_batches": 1,
-                        "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(run)},
-            "model": {"las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
-                              "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "layer_norm": True},
-                      "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-                      "optimizer": {"warmup_steps": 1}},
-            "data": {"data_dir": str(tiny_synth), "batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "seed_everything": 0,
+                    "trainer": {
+                        "accelerator": "cpu",
+                        "devices": 1,
+                        "max_steps": max_steps,
+                        "limit_val_batches": 1,
+                        "enable_progress_bar": False,
+                        "enable_model_summary": False,
+                        "default_root_dir": str(run),
+                    },
+                    "model": {
+                        "las": {
+                            "listener_hidden": 8,
+                            "pyramid_layers": 2,
+                            "speller_hidden": 16,
+                            "embedding_dim": 8,
+                            "attention_dim": 8,
+                            "location_filters": 2,
+                            "location_kernel": 5,
+                            "layer_norm": True,
+                        },
+                        "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
+                        "optimizer": {"warmup_steps": 1},
+                    },
+                    "data": {"data_dir": str(tiny_synth), "batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
+                }
+            )
+        )
         return path
 
     narrow = tmp_path / "narrow"
@@ -126,11 +179,38 @@ def test_a_grown_checkpoint_resumes_training_at_its_step_with_the_new_sizes(tiny
     grown = tmp_path / "grown"
     last = grown / "version_0" / "checkpoints" / "last.ckpt"
     last.parent.mkdir(parents=True)
-    assert grow_recognizer.main(["--ckpt", str(narrow / "version_0" / "checkpoints" / "last.ckpt"), "--out", str(last),
-                                 "--listener-hidden", "16", "--speller-hidden", "24"]) == 0
+    assert (
+        grow_recognizer.main(
+            [
+                "--ckpt",
+                str(narrow / "version_0" / "checkpoints" / "last.ckpt"),
+                "--out",
+                str(last),
+                "--listener-hidden",
+                "16",
+                "--speller-hidden",
+                "24",
+            ]
+        )
+        == 0
+    )
 
-    assert speech_main(["fit", "--config", str(config(grown, 4)), "--model.las.listener_hidden", "16",
-                        "--model.las.speller_hidden", "24", "--ckpt_path", "last"]) == 0
+    assert (
+        speech_main(
+            [
+                "fit",
+                "--config",
+                str(config(grown, 4)),
+                "--model.las.listener_hidden",
+                "16",
+                "--model.las.speller_hidden",
+                "24",
+                "--ckpt_path",
+                "last",
+            ]
+        )
+        == 0
+    )
     resumed = torch.load(last, map_location="cpu", weights_only=True)
     assert resumed["global_step"] == 4
     assert resumed["hyper_parameters"]["las"]["listener_hidden"] == 16
@@ -147,11 +227,39 @@ def test_an_exported_folder_grows_into_an_exported_folder_that_computes_the_same
     hparams = _hparams(layer_norm=False)
     torch.manual_seed(0)
     export_folder(tmp_path / "narrow", "speech-attend", build_recognizer(hparams).state_dict(), hparams)
-    assert grow_recognizer.main(["--ckpt", str(tmp_path / "narrow"), "--out", str(tmp_path / "wide"), "--listener-hidden", "12",
-                                 "--speller-hidden", "24", "--noise", "0"]) == 0
+    assert (
+        grow_recognizer.main(
+            [
+                "--ckpt",
+                str(tmp_path / "narrow"),
+                "--out",
+                str(tmp_path / "wide"),
+                "--listener-hidden",
+                "12",
+                "--speller-hidden",
+                "24",
+                "--noise",
+                "0",
+            ]
+        )
+        == 0
+    )
     narrow, wide = load_recognizer(tmp_path / "narrow"), load_recognizer(tmp_path / "wide")
     assert wide.speller.hidden == 24 and wide.listener.output_dim == 24
     torch.testing.assert_close(_outputs(wide)["logits"], _outputs(narrow)["logits"], atol=1e-5, rtol=1e-4)
-    assert grow_recognizer.main(["--ckpt", str(tmp_path / "narrow"), "--out", str(tmp_path / "x"), "--listener-hidden", "99",
-                                 "--speller-hidden", "24"]) == 2
+    assert (
+        grow_recognizer.main(
+            [
+                "--ckpt",
+                str(tmp_path / "narrow"),
+                "--out",
+                str(tmp_path / "x"),
+                "--listener-hidden",
+                "99",
+                "--speller-hidden",
+                "24",
+            ]
+        )
+        == 2
+    )
     assert "can grow to 8..16 units" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -16,8 +16,11 @@ def _lightning(loaded: set[str]) -> set[str]:
 
 
 def test_captioning_and_transcribing_and_the_apps_python_interfaces_import_no_lightning():
-    loaded = _modules_after_import("show_attend.infer.caption", "speech_attend.infer.transcribe",
-                                   then="from show_attend import Captioning; from speech_attend import Transcriber")
+    loaded = _modules_after_import(
+        "show_attend.infer.caption",
+        "speech_attend.infer.transcribe",
+        then="from show_attend import Captioning; from speech_attend import Transcriber",
+    )
     assert "show_attend.model.captioner" in loaded and "speech_attend.model.las" in loaded  # the imports did happen
     assert not _lightning(loaded)
 
@@ -64,7 +67,10 @@ def test_both_apps_have_the_same_folders_and_their_imports_run_only_down():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    folders = {app: sorted(p.name for p in (root / app).iterdir() if (p / "__init__.py").is_file()) for app in ("show_attend", "speech_attend")}
+    folders = {
+        app: sorted(p.name for p in (root / app).iterdir() if (p / "__init__.py").is_file())
+        for app in ("show_attend", "speech_attend")
+    }
     assert folders["show_attend"] == folders["speech_attend"] == sorted(set(_MAY_IMPORT) - {"cli"})
     for app in ("show_attend", "speech_attend"):
         imports = _app_imports(app)

@@ -32,8 +32,19 @@ from speech_attend.model.lm import (
 from speech_attend.train.lm import EXAMPLE_REPEATS, fit_lm, lm_sentences, perplexity, wordnet_lm_splits
 
 RATE = 16000
-_LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
-                 embedding_dim=8, attention_dim=8, location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2)
+_LAS = LASConfig(
+    listener_hidden=16,
+    pyramid_layers=1,
+    input_stack=4,
+    speller_hidden=32,
+    speller_layers=1,
+    embedding_dim=8,
+    attention_dim=8,
+    location_filters=2,
+    location_kernel=5,
+    dropout=0.0,
+    ctc_upsample=2,
+)
 _CHARS = list(" etaoinsrhldcumfpgywbvkx'jzq")
 _TINY_LM = LMConfig(embedding_dim=8, hidden=16, layers=1, dropout=0.0)
 _TEXT = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the mat is on the log"]
@@ -68,8 +79,12 @@ def files(tmp_path_factory, recognizer):
     """The recognizer exported, a language model over its characters, one over other characters, and a clip."""
     model, vocabulary = recognizer
     root = tmp_path_factory.mktemp("lm")
-    hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(_LAS), "features": asdict(model.frontend.config),
-               "decoding": asdict(DecodeConfig(beam_size=2))}
+    hparams = {
+        "vocabulary": vocabulary.to_dict()["tokens"],
+        "las": asdict(_LAS),
+        "features": asdict(model.frontend.config),
+        "decoding": asdict(DecodeConfig(beam_size=2)),
+    }
     exported = export_folder(root / "model", APP, model.state_dict(), hparams)
     lm = save_lm(root / "lm", _random_lm(vocabulary), vocabulary, {"text_source": "test"})
     other = _vocabulary("abc ")
@@ -198,8 +213,9 @@ def test_fusion_with_weight_zero_gives_exactly_the_same_hypotheses(recognizer):
     plain, _ = model.decode(waves, lengths, config)
     fused, _ = model.decode(waves, lengths, config, lm=_random_lm(vocabulary))  # lm_weight 0: left out
     assert [(h.tokens, h.score, h.normalized_score) for h in fused] == [(h.tokens, h.score, h.normalized_score) for h in plain]
-    with_weight, _ = model.decode(waves, lengths, DecodeConfig(beam_size=3, ctc_weight=0.3, lm_weight=1.0),
-                                  lm=_random_lm(vocabulary))
+    with_weight, _ = model.decode(
+        waves, lengths, DecodeConfig(beam_size=3, ctc_weight=0.3, lm_weight=1.0), lm=_random_lm(vocabulary)
+    )
     assert [h.score for h in with_weight] != [h.score for h in plain]
 
 
@@ -211,11 +227,13 @@ def test_fused_step_adds_weight_times_the_lm_log_probs_and_the_length_bonus():
     def decoder(tokens, state, memory=None):
         return attention, state, None
 
-    scorers = WeightedScorers({
-        "attention": Scorer(1.0, decoder, torch.zeros(3)),
-        "lm": lm_scorer(lm, 0.5, 3),
-        "length": length_bonus_scorer(0.25, V, eos, 3),
-    })
+    scorers = WeightedScorers(
+        {
+            "attention": Scorer(1.0, decoder, torch.zeros(3)),
+            "lm": lm_scorer(lm, 0.5, 3),
+            "length": length_bonus_scorer(0.25, V, eos, 3),
+        }
+    )
     tokens = torch.tensor([vocabulary.sos_id, 5, 6])
     with torch.no_grad():
         fused, state, _, parts = scorers.step(tokens, scorers.initial_state())
@@ -250,13 +268,16 @@ def _fused_nbest(model, vocabulary, lm, weight, bonus=0.0, beam=3):
     with torch.no_grad():
         states, frames = model.encode(waves, lengths)
         memory, state = model.speller.start(states, frames)
-        scorers = WeightedScorers({
-            "attention": Scorer(1.0, model.speller.step, state),
-            "lm": lm_scorer(lm, weight, 1),
-            "length": length_bonus_scorer(bonus, len(vocabulary), eos, 1),
-        })
-        [hyps] = beam_search(scorers.step, scorers.initial_state(), 1, beam, sos, eos, 20, 1.0, nbest=beam, memory=memory,
-                             must_end=True)  # every hypothesis ends with <eos>, whose scores count too
+        scorers = WeightedScorers(
+            {
+                "attention": Scorer(1.0, model.speller.step, state),
+                "lm": lm_scorer(lm, weight, 1),
+                "length": length_bonus_scorer(bonus, len(vocabulary), eos, 1),
+            }
+        )
+        [hyps] = beam_search(
+            scorers.step, scorers.initial_state(), 1, beam, sos, eos, 20, 1.0, nbest=beam, memory=memory, must_end=True
+        )  # every hypothesis ends with <eos>, whose scores count too
         log_probs = model.ctc_log_probs(states, frames)[0][0]
     return hyps, scorers, states, frames, log_probs
 
@@ -330,8 +351,27 @@ def test_fit_lm_on_a_text_file_writes_files_that_load(files, tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("The Cat sat on the MAT!\nA dog, and a log.\n\n" * 5, encoding="utf-8")
     out = tmp_path / "out"
-    code = speech_attend(["fit-lm", "--text-from", str(text), "--vocabulary-from", str(files["model"]), "--out", str(out),
-                          "--max-steps", "3", "--hidden", "16", "--layers", "1", "--embedding", "8", "--dev-from", str(text)])
+    code = speech_attend(
+        [
+            "fit-lm",
+            "--text-from",
+            str(text),
+            "--vocabulary-from",
+            str(files["model"]),
+            "--out",
+            str(out),
+            "--max-steps",
+            "3",
+            "--hidden",
+            "16",
+            "--layers",
+            "1",
+            "--embedding",
+            "8",
+            "--dev-from",
+            str(text),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     record = json.loads((out / LM_FILES[1]).read_text())["hyper_parameters"]
     assert record["sentences"] == 10 and record["steps"] == 3 and record["dev_perplexity"] > 1
@@ -343,8 +383,24 @@ def test_fit_lm_on_a_text_file_writes_files_that_load(files, tmp_path, capsys):
 
 def test_export_with_lm_bundles_it_and_transcribe_uses_it(files, tmp_path, capsys, monkeypatch):
     out = tmp_path / "bundle"
-    assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--lm", str(files["lm"]),
-                          "--lm-weight", "0.5", "--length-bonus", "0.25"]) == 0
+    assert (
+        speech_attend(
+            [
+                "export",
+                "--ckpt",
+                str(files["model"]),
+                "--out",
+                str(out),
+                "--lm",
+                str(files["lm"]),
+                "--lm-weight",
+                "0.5",
+                "--length-bonus",
+                "0.25",
+            ]
+        )
+        == 0
+    )
     assert all((out / name).is_file() for name in ("model.safetensors", "config.json", *LM_FILES))
     transcriber = Transcriber(out)
     assert transcriber.lm is not None
@@ -369,8 +425,10 @@ def _one_line_error(capsys, argv: list[str]) -> str:
 
 
 def test_lm_from_another_vocabulary_is_refused_in_one_line_naming_it(files, capsys):
-    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["foreign_lm"]),
-                                   "--lm-weight", "0.5", str(files["clip"])])
+    err = _one_line_error(
+        capsys,
+        ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["foreign_lm"]), "--lm-weight", "0.5", str(files["clip"])],
+    )
     assert str(files["foreign_lm"] / LM_FILES[1]) in err and "other characters" in err
 
 
@@ -390,8 +448,9 @@ def test_corrupt_lm_files_are_refused_in_one_line_naming_the_file(files, tmp_pat
         data = json.loads(config.read_text())
         data["hyper_parameters"]["lm"]["hidden"] = 24
         config.write_text(json.dumps(data))
-    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(broken), "--lm-weight", "0.3",
-                                   str(files["clip"])])
+    err = _one_line_error(
+        capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(broken), "--lm-weight", "0.3", str(files["clip"])]
+    )
     named = config if damage == "broken json" else weights
     assert str(named) in err
 
@@ -399,22 +458,27 @@ def test_corrupt_lm_files_are_refused_in_one_line_naming_the_file(files, tmp_pat
 @pytest.mark.parametrize("where", ["missing", "a file"])
 def test_an_lm_path_that_is_not_a_folder_is_refused_in_one_line(files, tmp_path, capsys, where):
     path = tmp_path / "nothing" if where == "missing" else files["lm"] / LM_FILES[0]
-    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(path), "--lm-weight", "0.3",
-                                   str(files["clip"])])
+    err = _one_line_error(
+        capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(path), "--lm-weight", "0.3", str(files["clip"])]
+    )
     assert f"{path}: not a language model folder" in err
 
 
 @pytest.mark.parametrize("weight", ["-0.1", "2.5", "nan"])
 def test_lm_weight_outside_0_to_2_is_a_one_line_error(files, capsys, weight):
-    err = _one_line_error(capsys, ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["lm"]),
-                                   f"--lm-weight={weight}", str(files["clip"])])
+    err = _one_line_error(
+        capsys,
+        ["transcribe", "--ckpt", str(files["model"]), "--lm", str(files["lm"]), f"--lm-weight={weight}", str(files["clip"])],
+    )
     assert "--lm-weight must be in [0, 2]" in err
 
 
 def test_export_saves_the_beam_size_as_transcribes_default(files, tmp_path, capsys):
     out = tmp_path / "wide"
-    assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--lm", str(files["lm"]),
-                          "--beam-size", "5"]) == 0
+    assert (
+        speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--lm", str(files["lm"]), "--beam-size", "5"])
+        == 0
+    )
     assert Transcriber(out).decoding.beam_size == 5
     assert Transcriber(out, beam_size=2).decoding.beam_size == 2  # transcribe's --beam-size still wins
     plain = tmp_path / "plain"
@@ -425,17 +489,23 @@ def test_export_saves_the_beam_size_as_transcribes_default(files, tmp_path, caps
 
 
 @pytest.mark.parametrize("weight", ["-0.1", "1.5", "nan"])
-def test_export_saves_a_ctc_weight_transcribe_overrides_and_both_refuse_one_outside_0_to_1(files, tmp_path, capsys, monkeypatch, weight):
+def test_export_saves_a_ctc_weight_transcribe_overrides_and_both_refuse_one_outside_0_to_1(
+    files, tmp_path, capsys, monkeypatch, weight
+):
     out = tmp_path / "ctc"
     assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--ctc-weight", "0.15"]) == 0
     assert Transcriber(out).decoding.ctc_weight == 0.15
     assert Transcriber(out).decoding.beam_size == Transcriber(files["model"]).decoding.beam_size  # the rest as saved
-    err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), f"--ctc-weight={weight}"])
+    err = _one_line_error(
+        capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), f"--ctc-weight={weight}"]
+    )
     assert "--ctc-weight must be in [0, 1]" in err and not (tmp_path / "x").exists()
     assert Transcriber(out, ctc_weight=0.5).decoding.ctc_weight == 0.5  # transcribe's --ctc-weight still wins
     loaded = []
     original = Transcriber.load.__func__
-    monkeypatch.setattr(Transcriber, "load", classmethod(lambda cls, *a, **k: loaded.append(original(cls, *a, **k)) or loaded[-1]))
+    monkeypatch.setattr(
+        Transcriber, "load", classmethod(lambda cls, *a, **k: loaded.append(original(cls, *a, **k)) or loaded[-1])
+    )
     assert speech_attend(["transcribe", "--ckpt", str(out), "--ctc-weight", "0", str(files["clip"])]) == 0
     assert loaded[-1].decoding.ctc_weight == 0.0
     err = _one_line_error(capsys, ["transcribe", "--ckpt", str(out), f"--ctc-weight={weight}", str(files["clip"])])
@@ -448,8 +518,9 @@ def test_lm_weight_without_any_lm_is_a_one_line_error(files, capsys):
 
 
 def test_export_with_an_lm_over_other_characters_is_refused(files, tmp_path, capsys):
-    err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"),
-                                   "--lm", str(files["foreign_lm"])])
+    err = _one_line_error(
+        capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), "--lm", str(files["foreign_lm"])]
+    )
     assert "other characters" in err
     assert not (tmp_path / "x").exists()
 
@@ -478,8 +549,20 @@ def corpus(files):
 
 
 def test_tune_lm_prints_a_table_and_the_best_pair_on_dev(files, corpus, capsys):
-    code = _tune_lm().main(["--ckpt", str(files["model"]), "--lm", str(files["lm"]), "--data", str(corpus),
-                            "--lm-weights", "0,0.5", "--length-bonuses", "0:1:1"])
+    code = _tune_lm().main(
+        [
+            "--ckpt",
+            str(files["model"]),
+            "--lm",
+            str(files["lm"]),
+            "--data",
+            str(corpus),
+            "--lm-weights",
+            "0,0.5",
+            "--length-bonuses",
+            "0:1:1",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "(dev, 1 utterances)" in out and "best: --lm-weight" in out

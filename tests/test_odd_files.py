@@ -172,8 +172,9 @@ def test_caption_gives_each_odd_image_a_caption_or_one_line_error(models, odd_im
     capsys.readouterr()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        code = show_attend(["caption", "--ckpt", str(models["captioner"]), "--json", "--overlay-dir", str(overlays),
-                            *map(str, odd_images)])
+        code = show_attend(
+            ["caption", "--ckpt", str(models["captioner"]), "--json", "--overlay-dir", str(overlays), *map(str, odd_images)]
+        )
     out, err = capsys.readouterr()
     assert code == 2
     lines = [json.loads(line) for line in out.splitlines()]
@@ -185,8 +186,17 @@ def test_caption_gives_each_odd_image_a_caption_or_one_line_error(models, odd_im
 @pytest.mark.timeout(120)
 def test_transcribe_gives_each_odd_audio_file_a_text_or_one_line_error(models, odd_audio, tmp_path, capsys):
     capsys.readouterr()
-    code = speech_attend(["transcribe", "--ckpt", str(models["recognizer"]), "--json", "--alignment-dir",
-                          str(tmp_path / "alignments"), *map(str, odd_audio)])
+    code = speech_attend(
+        [
+            "transcribe",
+            "--ckpt",
+            str(models["recognizer"]),
+            "--json",
+            "--alignment-dir",
+            str(tmp_path / "alignments"),
+            *map(str, odd_audio),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2
     lines = {line["audio"]: line for line in map(json.loads, out.splitlines())}

@@ -52,11 +52,14 @@ def _where(path: Path, line: int) -> str:
 def test_imagefolder_metadata_jsonl_gives_one_record_per_image_with_all_its_captions(tmp_path):
     _image(tmp_path / "a.png")
     _image(tmp_path / "pets" / "b.png", "blue")
-    _jsonl(tmp_path / "metadata.jsonl", [
-        {"file_name": "a.png", "text": "A red square."},
-        {"file_name": "pets/b.png", "text": "a blue square", "source": "ignored"},
-        {"file_name": "a.png", "text": "Something red, it's square."},
-    ])
+    _jsonl(
+        tmp_path / "metadata.jsonl",
+        [
+            {"file_name": "a.png", "text": "A red square."},
+            {"file_name": "pets/b.png", "text": "a blue square", "source": "ignored"},
+            {"file_name": "a.png", "text": "Something red, it's square."},
+        ],
+    )
     first, second = read_imagefolder(tmp_path)
     assert first.path == (tmp_path / "a.png").resolve() and second.path == (tmp_path / "pets" / "b.png").resolve()
     assert first.references == [["a", "red", "square"], ["something", "red", "it's", "square"]]
@@ -111,12 +114,15 @@ def test_imagefolder_metadata_without_a_text_column_names_the_header(tmp_path):
 def test_caption_manifest_jsonl_gives_one_record_per_image_with_all_its_captions_and_its_split(tmp_path):
     for name in ("images/a.png", "images/b.png", "elsewhere.png"):
         _image(tmp_path / name)
-    manifest = _jsonl(tmp_path / "captions.jsonl", [
-        {"image": "images/a.png", "text": "A red square.", "split": "train"},
-        {"image": "images/b.png", "text": "a blue one", "split": "validation"},
-        {"image": "./images/a.png", "text": "red", "split": "train"},
-        {"image": str((tmp_path / "elsewhere.png").resolve()), "text": "far away", "split": "restval"},
-    ])
+    manifest = _jsonl(
+        tmp_path / "captions.jsonl",
+        [
+            {"image": "images/a.png", "text": "A red square.", "split": "train"},
+            {"image": "images/b.png", "text": "a blue one", "split": "validation"},
+            {"image": "./images/a.png", "text": "red", "split": "train"},
+            {"image": str((tmp_path / "elsewhere.png").resolve()), "text": "far away", "split": "restval"},
+        ],
+    )
     a, b, far = read_caption_manifest(manifest)
     assert (a.split, a.references) == ("train", [["a", "red", "square"], ["red"]])
     assert (b.split, b.references, far.split) == ("val", [["a", "blue", "one"]], "train")
@@ -148,10 +154,13 @@ def test_caption_manifest_bad_jsonl_row_names_file_and_line(tmp_path, case):
 
 def test_caption_manifest_image_in_two_splits_names_both_lines(tmp_path):
     _image(tmp_path / "a.png")
-    manifest = _jsonl(tmp_path / "captions.jsonl", [
-        {"image": "a.png", "text": "a red square", "split": "train"},
-        {"image": "a.png", "text": "red", "split": "test"},
-    ])
+    manifest = _jsonl(
+        tmp_path / "captions.jsonl",
+        [
+            {"image": "a.png", "text": "a red square", "split": "train"},
+            {"image": "a.png", "text": "red", "split": "test"},
+        ],
+    )
     with pytest.raises(DataError, match=_where(manifest, 2) + ".*test split here, in train at " + re.escape(f"{manifest}:1")):
         read_caption_manifest(manifest)
 
@@ -169,9 +178,14 @@ def test_caption_data_module_recognises_a_manifest_and_an_imagefolder(tmp_path):
             rows.append({"image": f"images/{name}.png", "text": f"a red square {name}", "split": split})
     _jsonl(manifest_dir / "captions.jsonl", rows)
     for split in ("train", "validation", "test"):
-        _jsonl(folder / split / "metadata.jsonl", [
-            {"file_name": Path(r["image"]).name, "text": r["text"]} for r in rows if r["split"] == {"validation": "val"}.get(split, split)
-        ])
+        _jsonl(
+            folder / split / "metadata.jsonl",
+            [
+                {"file_name": Path(r["image"]).name, "text": r["text"]}
+                for r in rows
+                if r["split"] == {"validation": "val"}.get(split, split)
+            ],
+        )
     for data_dir, source in ((manifest_dir, manifest_dir / "captions.jsonl"), (folder, folder)):
         datamodule = CaptionDataModule(str(data_dir), image_size=16, batch_size=2, min_word_freq=1)
         assert datamodule.source == source
@@ -198,7 +212,10 @@ def test_audiofolder_split_folders_give_train_dev_and_test(tmp_path):
     assert (utt.text, utt.speaker, utt.utt_id, utt.duration) == ("Hello train!", "7", "clips/one", None)
     assert utt.audio_path == str((tmp_path / "train" / "clips" / "one.wav").resolve())
     assert [read_corpus(tmp_path, split)[0].text for split in ("train", "dev", "test")] == [
-        "Hello train!", "Hello validation!", "Hello test!"]  # dev finds validation/
+        "Hello train!",
+        "Hello validation!",
+        "Hello test!",
+    ]  # dev finds validation/
 
 
 def test_audiofolder_metadata_in_the_folder_itself_is_the_training_split(tmp_path):
@@ -212,8 +229,10 @@ def test_audiofolder_metadata_in_the_folder_itself_is_the_training_split(tmp_pat
 
 def test_audiofolder_row_without_transcription_names_file_and_line(tmp_path):
     _audio(tmp_path / "train" / "a.wav")
-    metadata = _jsonl(tmp_path / "train" / "metadata.jsonl", [
-        {"file_name": "a.wav", "transcription": "fine"}, {"file_name": "a.wav", "text": "wrong column"}])
+    metadata = _jsonl(
+        tmp_path / "train" / "metadata.jsonl",
+        [{"file_name": "a.wav", "transcription": "fine"}, {"file_name": "a.wav", "text": "wrong column"}],
+    )
     with pytest.raises(CorpusError, match=_where(metadata, 2) + " expected a non-empty 'transcription'"):
         read_corpus(tmp_path, "train")
 

@@ -57,8 +57,19 @@ def tiny_devsets(tmp_path) -> Path:
 
 def test_runner_scores_every_group_with_every_system(tiny_devsets, tmp_path, capsys):
     out = tmp_path / "peers.json"
-    code = peers.main(["--devsets", str(tiny_devsets), "--systems", "attend,whisper,pocketsphinx",
-                       "--ckpt", str(MODEL), "--json", str(out), "--markdown"])
+    code = peers.main(
+        [
+            "--devsets",
+            str(tiny_devsets),
+            "--systems",
+            "attend,whisper,pocketsphinx",
+            "--ckpt",
+            str(MODEL),
+            "--json",
+            str(out),
+            "--markdown",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "skipping" not in captured.err  # every system ran: none skipped for a missing package
@@ -83,7 +94,10 @@ def test_runner_scores_every_group_with_every_system(tiny_devsets, tmp_path, cap
 def test_unknown_system_is_a_one_line_error(tiny_devsets):
     run = subprocess.run(
         [sys.executable, "-m", "scripts.benchmarks.peers", "--devsets", str(tiny_devsets), "--systems", "attend,wav2letter"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 2
     assert len(run.stderr.strip().splitlines()) == 1 and "wav2letter" in run.stderr

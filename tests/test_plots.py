@@ -81,7 +81,8 @@ def test_alignment_writes_a_png(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Glyph .* missing from font")  # no CJK font here: boxes, as wide
 @pytest.mark.parametrize(
-    "name", ["recording_of_the_weekly_meeting_" * 5 + ".wav", "会議の録音" * 12 + ".wav", "W" * 150 + ".wav"],
+    "name",
+    ["recording_of_the_weekly_meeting_" * 5 + ".wav", "会議の録音" * 12 + ".wav", "W" * 150 + ".wav"],
     ids=["words", "cjk", "wide letters"],
 )
 def test_a_long_alignment_title_is_wrapped_to_fit_inside_the_figure(tmp_path, monkeypatch, name):

@@ -30,9 +30,20 @@ VOCABULARY = Vocabulary(list(" abcdefghijklmnopqrstuvwxyz'"))
 
 
 def _tiny_las(trainable_blocks: int = 0) -> LAS:
-    config = LASConfig(listener="pretrained", encoder_width=32, encoder_heads=4, encoder_layers=2, trainable_blocks=trainable_blocks,
-                       listener_hidden=8, pyramid_layers=1, speller_hidden=16, embedding_dim=8, attention_dim=8,
-                       location_filters=2, location_kernel=5)
+    config = LASConfig(
+        listener="pretrained",
+        encoder_width=32,
+        encoder_heads=4,
+        encoder_layers=2,
+        trainable_blocks=trainable_blocks,
+        listener_hidden=8,
+        pyramid_layers=1,
+        speller_hidden=16,
+        embedding_dim=8,
+        attention_dim=8,
+        location_filters=2,
+        location_kernel=5,
+    )
     torch.manual_seed(0)
     return LAS(config, FeatureConfig(time_masks=0, freq_masks=0), VOCABULARY)
 
@@ -42,22 +53,34 @@ def write_ctranslate2(path: Path, encoder: WhisperEncoder, key_bias: float = 0.0
     state = {k: v.detach().half().numpy() for k, v in encoder.state_dict().items()}
     config = encoder.config
     variables = {
-        "encoder/conv1/weight": state["conv1.weight"], "encoder/conv1/bias": state["conv1.bias"],
-        "encoder/conv2/weight": state["conv2.weight"], "encoder/conv2/bias": state["conv2.bias"],
-        "encoder/layer_norm/gamma": state["ln_post.weight"], "encoder/layer_norm/beta": state["ln_post.bias"],
+        "encoder/conv1/weight": state["conv1.weight"],
+        "encoder/conv1/bias": state["conv1.bias"],
+        "encoder/conv2/weight": state["conv2.weight"],
+        "encoder/conv2/bias": state["conv2.bias"],
+        "encoder/layer_norm/gamma": state["ln_post.weight"],
+        "encoder/layer_norm/beta": state["ln_post.bias"],
         "encoder/position_encodings/encodings": sinusoids(config.positions, config.width).half().numpy(),
         "encoder/num_heads": np.array(config.heads, dtype=np.int16),
     }
     for i in range(config.layers):
         b, src = f"blocks.{i}", f"encoder/layer_{i}"
         variables[f"{src}/self_attention/linear_0/weight"] = np.concatenate(
-            [state[f"{b}.attn.q_proj.weight"], state[f"{b}.attn.k_proj.weight"], state[f"{b}.attn.v_proj.weight"]])
+            [state[f"{b}.attn.q_proj.weight"], state[f"{b}.attn.k_proj.weight"], state[f"{b}.attn.v_proj.weight"]]
+        )
         key = np.full_like(state[f"{b}.attn.q_proj.bias"], key_bias)
-        variables[f"{src}/self_attention/linear_0/bias"] = np.concatenate([state[f"{b}.attn.q_proj.bias"], key, state[f"{b}.attn.v_proj.bias"]])
+        variables[f"{src}/self_attention/linear_0/bias"] = np.concatenate(
+            [state[f"{b}.attn.q_proj.bias"], key, state[f"{b}.attn.v_proj.bias"]]
+        )
         for ours, theirs in (("attn.out_proj", "self_attention/linear_1"), ("mlp.0", "ffn/linear_0"), ("mlp.2", "ffn/linear_1")):
-            variables[f"{src}/{theirs}/weight"], variables[f"{src}/{theirs}/bias"] = state[f"{b}.{ours}.weight"], state[f"{b}.{ours}.bias"]
+            variables[f"{src}/{theirs}/weight"], variables[f"{src}/{theirs}/bias"] = (
+                state[f"{b}.{ours}.weight"],
+                state[f"{b}.{ours}.bias"],
+            )
         for ours, theirs in (("attn_ln", "self_attention/layer_norm"), ("mlp_ln", "ffn/layer_norm")):
-            variables[f"{src}/{theirs}/gamma"], variables[f"{src}/{theirs}/beta"] = state[f"{b}.{ours}.weight"], state[f"{b}.{ours}.bias"]
+            variables[f"{src}/{theirs}/gamma"], variables[f"{src}/{theirs}/beta"] = (
+                state[f"{b}.{ours}.weight"],
+                state[f"{b}.{ours}.bias"],
+            )
     dtypes = {np.dtype(np.float32): 0, np.dtype(np.int16): 2, np.dtype(np.float16): 4}
 
     def string(text: str) -> bytes:
@@ -101,13 +124,16 @@ def test_the_whisper_encoder_gives_ctranslate2s_states_on_the_same_features():
     with torch.no_grad():
         ours = encoder(features, frames)[0][0].numpy()
     runtime = ctranslate2.models.Whisper(str(path), device="cpu", compute_type="float32", intra_threads=1)
-    theirs = np.array(runtime.encode(ctranslate2.StorageView.from_array(features[0].T.contiguous().numpy()[None]), to_cpu=True))[0]
+    theirs = np.array(runtime.encode(ctranslate2.StorageView.from_array(features[0].T.contiguous().numpy()[None]), to_cpu=True))[
+        0
+    ]
     assert ours.shape == theirs.shape == (100, 384)
     assert np.linalg.norm(ours - theirs) / np.linalg.norm(theirs) < 2e-3
 
 
 def test_the_log_mel_is_faster_whispers_on_the_same_audio():
     from faster_whisper import feature_extractor  # the dev extra installs it
+
     torch.manual_seed(0)
     wave = torch.randn(24000) * 0.1
     ours, frames = WhisperLogMel()(wave[None], torch.tensor([24000]))
@@ -160,10 +186,13 @@ def test_a_key_bias_is_refused_since_whisper_has_none(tmp_path):
         convert_whisper(source, tmp_path / "out")
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "ends early"),
-    (b"\x09\x00\x00\x00rest", "binary version 9"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "ends early"),
+        (b"\x09\x00\x00\x00rest", "binary version 9"),
+    ],
+)
 def test_a_file_that_is_not_a_ctranslate2_model_is_refused_naming_it(tmp_path, content, message):
     (tmp_path / "model.bin").write_bytes(content)
     with pytest.raises(ConversionError, match=message) as err:
@@ -218,13 +247,18 @@ def test_only_the_adapter_and_speller_learn_while_the_encoder_is_frozen():
     model = _tiny_las()
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     assert not any(name.startswith("listener.encoder.") for name in trainable)
-    assert any(name.startswith("listener.adapter.") for name in trainable) and any(name.startswith("speller.") for name in trainable)
+    assert any(name.startswith("listener.adapter.") for name in trainable) and any(
+        name.startswith("speller.") for name in trainable
+    )
 
 
 def test_trainable_blocks_open_the_top_blocks_and_the_final_norm_only():
     model = _tiny_las(trainable_blocks=1)
-    trainable = {name.removeprefix("listener.encoder.") for name, p in model.named_parameters()
-                 if p.requires_grad and name.startswith("listener.encoder.")}
+    trainable = {
+        name.removeprefix("listener.encoder.")
+        for name, p in model.named_parameters()
+        if p.requires_grad and name.startswith("listener.encoder.")
+    }
     assert trainable and all(name.startswith(("blocks.1.", "ln_post.")) for name in trainable)
     waves = torch.randn(2, 8000) * 0.1
     out = model(waves, torch.tensor([8000, 6000]), torch.full((2, 3), VOCABULARY.sos_id))
@@ -331,8 +365,14 @@ def test_a_fit_on_cached_states_trains_and_its_export_transcribes(tiny_synth, ti
     from speech_attend.cli import main
 
     config = tiny_speech_config(data={"feature_cache": str(tmp_path / "cache"), "cache_views": 2, "cache_audio": None})
-    config["model"]["las"] = {**config["model"]["las"], "listener": "pretrained", "pyramid_layers": 1,
-                              "encoder_width": 32, "encoder_heads": 4, "encoder_layers": 2}
+    config["model"]["las"] = {
+        **config["model"]["las"],
+        "listener": "pretrained",
+        "pyramid_layers": 1,
+        "encoder_width": 32,
+        "encoder_heads": 4,
+        "encoder_layers": 2,
+    }
     config["model"]["pretrained_encoder"] = str(tiny_encoder_folder[0])
     config["data"]["augment"] = {"noise_prob": 1.0}
     config["trainer"]["default_root_dir"] = str(tmp_path / "run")

@@ -43,7 +43,9 @@ for argv in json.loads(sys.argv[2]):
 
 
 def _run(app: str, *commands: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _COMMANDS, app, json.dumps(commands)], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", _COMMANDS, app, json.dumps(commands)], capture_output=True, text=True, timeout=300
+    )
 
 
 def _assert_quiet(result: subprocess.CompletedProcess) -> None:
@@ -55,29 +57,52 @@ def _assert_quiet(result: subprocess.CompletedProcess) -> None:
 
 def test_captioner_fit_test_and_resume_print_no_noise(tiny_shapes, tmp_path):
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "trainer": {"accelerator": "cpu", "max_steps": 3, "precision": "bf16-mixed", "default_root_dir": str(tmp_path / "run"),
-                    "enable_progress_bar": False},
-        "model": {"encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
-                  "decoder": {"embed_dim": 16, "attention_dim": 16, "hidden_dim": 16}, "beam_size": 2, "max_decode_length": 6},
-        "data": {"data_dir": str(tiny_shapes), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
-    }))
-    _assert_quiet(_run("show_attend",
-                       ["fit", "--config", str(config)],  # 3 steps: fewer than the logging interval
-                       ["test", "--config", str(config), "--ckpt_path", "last"],
-                       ["fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"]))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {
+                    "accelerator": "cpu",
+                    "max_steps": 3,
+                    "precision": "bf16-mixed",
+                    "default_root_dir": str(tmp_path / "run"),
+                    "enable_progress_bar": False,
+                },
+                "model": {
+                    "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
+                    "decoder": {"embed_dim": 16, "attention_dim": 16, "hidden_dim": 16},
+                    "beam_size": 2,
+                    "max_decode_length": 6,
+                },
+                "data": {"data_dir": str(tiny_shapes), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
+            }
+        )
+    )
+    _assert_quiet(
+        _run(
+            "show_attend",
+            ["fit", "--config", str(config)],  # 3 steps: fewer than the logging interval
+            ["test", "--config", str(config), "--ckpt_path", "last"],
+            ["fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"],
+        )
+    )
 
 
 def test_recognizer_fit_test_and_resume_print_no_noise(tiny_synth, tmp_path):
     config = tmp_path / "tiny.yaml"
-    speech = tiny_speech_config(trainer={"logger": None, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "run")},
-                                data={"data_dir": str(tiny_synth)})
+    speech = tiny_speech_config(
+        trainer={"logger": None, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "run")},
+        data={"data_dir": str(tiny_synth)},
+    )
     speech["checkpoint"] = {"monitor": "val/cer"}
     config.write_text(yaml.safe_dump(speech))
-    _assert_quiet(_run("speech_attend",
-                       ["fit", "--config", str(config)],
-                       ["test", "--config", str(config), "--ckpt_path", "last"],
-                       ["fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"]))
+    _assert_quiet(
+        _run(
+            "speech_attend",
+            ["fit", "--config", str(config)],
+            ["test", "--config", str(config), "--ckpt_path", "last"],
+            ["fit", "--config", str(config), "--trainer.max_steps", "4", "--ckpt_path", "last"],
+        )
+    )
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "version_0" / "checkpoints").iterdir())
     assert checkpoints == ["best.ckpt", "last.ckpt"]  # stopped mid-epoch at max_steps: no last-v1.ckpt beside last.ckpt
 
@@ -92,8 +117,11 @@ def test_output_into_a_closed_pipe_ends_quietly(tiny_synth, tmp_path):
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefgh ")}
     model = build_recognizer(hparams)
     export_folder(tmp_path / "model", "speech-attend", model.state_dict(), hparams)
-    process = subprocess.Popen([sys.executable, "-m", "speech_attend.cli", "transcribe", "--ckpt", str(tmp_path / "model"), *files * 20],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "speech_attend.cli", "transcribe", "--ckpt", str(tmp_path / "model"), *files * 20],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     process.stdout.close()  # as `| head` does once it has read enough
     _, err = process.communicate(timeout=300)
     assert process.returncode == 141, err.decode()  # 128 + SIGPIPE, what a shell reports for `cat file | head`

@@ -29,11 +29,36 @@ ROOT = Path(__file__).resolve().parents[1]
 WORDS = "a dog cat man woman runs sits on the grass beach road red blue small big".split()
 # Small enough for a CPU: 64 px images (a 2x2 grid of ResNet-101 features) and a tiny decoder.
 SMALL = [
-    "--data.image_size", "64", "--model.encoder.grid_size", "2", "--data.batch_size", "4", "--data.num_workers", "0",
-    "--data.min_word_freq", "1", "--model.decoder.embed_dim", "16", "--model.decoder.attention_dim", "16",
-    "--model.decoder.hidden_dim", "16", "--model.beam_size", "2", "--model.max_decode_length", "8", "--model.meteor", "false",
-    "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--trainer.enable_progress_bar", "false",
-    "--trainer.enable_model_summary", "false",
+    "--data.image_size",
+    "64",
+    "--model.encoder.grid_size",
+    "2",
+    "--data.batch_size",
+    "4",
+    "--data.num_workers",
+    "0",
+    "--data.min_word_freq",
+    "1",
+    "--model.decoder.embed_dim",
+    "16",
+    "--model.decoder.attention_dim",
+    "16",
+    "--model.decoder.hidden_dim",
+    "16",
+    "--model.beam_size",
+    "2",
+    "--model.max_decode_length",
+    "8",
+    "--model.meteor",
+    "false",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.precision",
+    "32",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
 ]
 
 
@@ -81,11 +106,23 @@ def coco(tmp_path_factory) -> Path:
 
 def _fit_test_resume(config: str, data: Path, weights: Path, root: Path, cache: Path | None) -> dict:
     """The config's documented sequence: fit, test, fit --ckpt_path last (two more steps)."""
-    common = ["--config", str(ROOT / config), "--data.data_dir", str(data), "--model.encoder.weights_path", str(weights),
-              "--trainer.default_root_dir", str(root), *SMALL, "--data.feature_cache", str(cache) if cache else "null",
-              # float16 cached features move an untrained model's scores by rounding; the repeat stop would turn
-              # such a tie into another caption, and this test compares the cache, not decoding
-              "--model.max_repeats", "null"]
+    common = [
+        "--config",
+        str(ROOT / config),
+        "--data.data_dir",
+        str(data),
+        "--model.encoder.weights_path",
+        str(weights),
+        "--trainer.default_root_dir",
+        str(root),
+        *SMALL,
+        "--data.feature_cache",
+        str(cache) if cache else "null",
+        # float16 cached features move an untrained model's scores by rounding; the repeat stop would turn
+        # such a tie into another caption, and this test compares the cache, not decoding
+        "--model.max_repeats",
+        "null",
+    ]
     assert show_attend(["fit", *common, "--trainer.max_steps", "3"]) == 0
     assert show_attend(["test", *common, "--ckpt_path", "last"]) == 0
     metrics = json.loads((root / "version_0" / "test_metrics.json").read_text())
@@ -95,10 +132,13 @@ def _fit_test_resume(config: str, data: Path, weights: Path, root: Path, cache: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config, dataset", [
-    ("configs/show_attend/flickr8k_resnet101_soft.yaml", "flickr8k"),
-    ("configs/show_attend/coco_resnet101_soft.yaml", "coco"),
-])
+@pytest.mark.parametrize(
+    "config, dataset",
+    [
+        ("configs/show_attend/flickr8k_resnet101_soft.yaml", "flickr8k"),
+        ("configs/show_attend/coco_resnet101_soft.yaml", "coco"),
+    ],
+)
 def test_the_configs_fit_test_resume_with_the_feature_cache_equal_the_runs_without(request, weights, tmp_path, config, dataset):
     data = request.getfixturevalue(dataset)
     cached = _fit_test_resume(config, data, weights, tmp_path / "cached", tmp_path / "cache")
@@ -171,8 +211,20 @@ def test_a_data_folder_without_its_images_is_one_line_naming_the_folder(flickr8k
     data.mkdir()
     (data / "dataset_flickr8k.json").write_text((flickr8k / "dataset_flickr8k.json").read_text())
     (data / "Images").mkdir()  # the folder is there, the images are not
-    code = show_attend(["fit", "--config", str(ROOT / "configs/show_attend/flickr8k_resnet101_soft.yaml"),
-                        "--data.data_dir", str(data), "--model.encoder.pretrained", "false", *SMALL, "--data.feature_cache", "null"])
+    code = show_attend(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs/show_attend/flickr8k_resnet101_soft.yaml"),
+            "--data.data_dir",
+            str(data),
+            "--model.encoder.pretrained",
+            "false",
+            *SMALL,
+            "--data.feature_cache",
+            "null",
+        ]
+    )
     error = _one_line_error(capsys.readouterr().err, "show-attend")
     assert code == 2 and str(data) in error and "0000.jpg" in error and "data.image_dir" in error
 
@@ -183,10 +235,24 @@ def test_a_validation_without_readable_images_warns_and_training_goes_on(flickr8
     for image in (flickr8k / "Images").iterdir():
         (data / "Images" / image.name).write_bytes(image.read_bytes() if image.name not in ("0008.jpg", "0009.jpg") else b"x")
     (data / "dataset_flickr8k.json").write_text((flickr8k / "dataset_flickr8k.json").read_text())
-    args = ["fit", "--config", str(ROOT / "configs/show_attend/flickr8k_resnet101_soft.yaml"), "--data.data_dir", str(data),
-            "--model.encoder.backbone", "small", "--model.encoder.pretrained", "false", *SMALL, "--trainer.max_steps", "4",
-            "--data.feature_cache", "null",
-            "--trainer.default_root_dir", str(tmp_path / "run")]
+    args = [
+        "fit",
+        "--config",
+        str(ROOT / "configs/show_attend/flickr8k_resnet101_soft.yaml"),
+        "--data.data_dir",
+        str(data),
+        "--model.encoder.backbone",
+        "small",
+        "--model.encoder.pretrained",
+        "false",
+        *SMALL,
+        "--trainer.max_steps",
+        "4",
+        "--data.feature_cache",
+        "null",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+    ]
     with pytest.warns(UserWarning, match="checkpoint.monitor is 'val/bleu4', but this validation logged no such value"):
         assert show_attend(args) == 0  # the monitored metric was never logged; the run still ends well
     assert safe_torch_load(tmp_path / "run" / "version_0" / "checkpoints" / "last.ckpt")["global_step"] == 4
@@ -199,10 +265,27 @@ def test_a_validation_without_readable_images_warns_and_training_goes_on(flickr8
 def frozen_run(flickr8k, weights, tmp_path_factory) -> Path:
     """A 2-step fit of the Flickr8k config with the stand-in ResNet-101 frozen (the paper's setting)."""
     root = tmp_path_factory.mktemp("frozen")
-    assert show_attend(["fit", "--config", str(ROOT / "configs/show_attend/flickr8k_resnet101_soft.yaml"),
-                        "--data.data_dir", str(flickr8k), "--model.encoder.weights_path", str(weights),
-                        "--trainer.default_root_dir", str(root), *SMALL, "--trainer.max_steps", "2",
-                        "--data.feature_cache", str(root / "cache")]) == 0
+    assert (
+        show_attend(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs/show_attend/flickr8k_resnet101_soft.yaml"),
+                "--data.data_dir",
+                str(flickr8k),
+                "--model.encoder.weights_path",
+                str(weights),
+                "--trainer.default_root_dir",
+                str(root),
+                *SMALL,
+                "--trainer.max_steps",
+                "2",
+                "--data.feature_cache",
+                str(root / "cache"),
+            ]
+        )
+        == 0
+    )
     return root / "version_0"
 
 

@@ -28,8 +28,17 @@ def test_a_stage_two_run_counts_its_time_steps_and_throughput_from_where_it_star
         {"epoch": 40, "step": 40000, "val/cer": 0.21, "val/fit_seconds": 9900.0, "val/fit_cpu_seconds": 9900.0},
         {"epoch": 45, "step": 45000, "val/cer": 0.19, "val/fit_seconds": 11100.0, "val/fit_cpu_seconds": 11000.0},
     ]
-    end = {"steps": 46000, "seconds": 11400.0, "cpu_seconds": 11300.0, "batch": 16, "weights": 1_900_000,
-           "final_cer": 0.185, "start_step": 36000, "start_seconds": 9000.0, "start_cpu_seconds": 9000.0}
+    end = {
+        "steps": 46000,
+        "seconds": 11400.0,
+        "cpu_seconds": 11300.0,
+        "batch": 16,
+        "weights": 1_900_000,
+        "final_cer": 0.185,
+        "start_step": 36000,
+        "start_seconds": 9000.0,
+        "start_cpu_seconds": 9000.0,
+    }
     _write_run(run, rows, end)
 
     result = recipe_search.summarise(tmp_path, "FC")
@@ -46,9 +55,16 @@ def test_a_stage_two_run_records_its_start_and_a_first_stage_run_does_not(tmp_pa
     torch.save({"global_step": 36000, "fit_seconds": 9000.0, "fit_cpu_seconds": 8900.0}, start)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({"global_step": 46000, "fit_seconds": 11400.0, "fit_cpu_seconds": 11300.0,
-                "datamodule_hyper_parameters": {"batch_size": 16}, "state_dict": {"w": torch.zeros(3, 2)}},
-               run / "checkpoints" / "last.ckpt")
+    torch.save(
+        {
+            "global_step": 46000,
+            "fit_seconds": 11400.0,
+            "fit_cpu_seconds": 11300.0,
+            "datamodule_hyper_parameters": {"batch_size": 16},
+            "state_dict": {"w": torch.zeros(3, 2)},
+        },
+        run / "checkpoints" / "last.ckpt",
+    )
     with (run / "metrics.csv").open("w", newline="") as file:
         csv.DictWriter(file, FIELDS).writeheader()
         csv.DictWriter(file, FIELDS).writerow({"step": 46000, "val/cer": 0.185})
@@ -98,7 +114,11 @@ def test_a_candidate_from_an_exported_folder_starts_from_its_weights_then_goes_o
     exported.mkdir()
     before, overrides = recipe_search._start(exported, 5000, tmp_path / "out", "H")
     assert before == 0.0  # a new run: its clock starts at 0
-    assert overrides[-2:] == ["--init_from", str(exported)] and overrides[:-2] == [*recipe_search.FROM_EXPORT, "--trainer.max_steps", "5000"]
+    assert overrides[-2:] == ["--init_from", str(exported)] and overrides[:-2] == [
+        *recipe_search.FROM_EXPORT,
+        "--trainer.max_steps",
+        "5000",
+    ]
     last = recipe_search._run_dir(tmp_path / "out", "H") / "checkpoints" / "last.ckpt"
     last.parent.mkdir(parents=True)
     last.write_bytes(b"a checkpoint of the run")  # stopped half-way: `--ckpt_path last` goes on, not a second start

@@ -16,8 +16,15 @@ from speech_attend.model.listener import _BLSTM, Listener
 from speech_attend.train.module import RecognizerModule
 
 TINY = LASConfig(
-    listener_hidden=8, pyramid_layers=2, speller_hidden=16, embedding_dim=8, attention_dim=8,
-    location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2,
+    listener_hidden=8,
+    pyramid_layers=2,
+    speller_hidden=16,
+    embedding_dim=8,
+    attention_dim=8,
+    location_filters=2,
+    location_kernel=5,
+    dropout=0.0,
+    ctc_upsample=2,
 )
 CHARS = list("abc ")
 
@@ -219,8 +226,9 @@ def test_the_consistency_loss_draws_the_listeners_states_of_noisy_audio_toward_i
     noisy = noisy._replace(waveforms=torch.where(torch.tensor([[True], [False], [True]]), noisy.waveforms, batch.waveforms))
     losses = module._loss(noisy)
     assert float(losses["consistency_loss"].detach()) > 0
-    torch.testing.assert_close(losses["loss"], 0.7 * losses["attention_loss"] + 0.3 * losses["ctc_loss"]
-                               + 0.5 * losses["consistency_loss"])
+    torch.testing.assert_close(
+        losses["loss"], 0.7 * losses["attention_loss"] + 0.3 * losses["ctc_loss"] + 0.5 * losses["consistency_loss"]
+    )
     # Its value: over the frames of the two utterances whose audio differs, without dropout on either side.
     module.eval()
     with torch.no_grad():
@@ -247,10 +255,16 @@ def test_beam_search_with_one_beam_equals_greedy_decoding():
     hyps, _ = model.decode(batch.waveforms, batch.lengths, DecodeConfig(ctc_weight=0.0, max_len_ratio=3.0), beam_size=1)
     states, lengths = model.encode(batch.waveforms, batch.lengths)
     memory, state = model.speller.start(states, lengths)
-    greedy = greedy_search(lambda t, s: model.speller.step(t, s, memory), state,
-                           3, vocab.sos_id, vocab.eos_id, max_len=int((lengths.max() * 3.0).ceil()) + 1,
-                           max_repeats=DecodeConfig().max_repeats,  # an untrained speller loops: both stop it alike
-                           never=vocab.never_written)  # and writes <sos>: neither chooses it
+    greedy = greedy_search(
+        lambda t, s: model.speller.step(t, s, memory),
+        state,
+        3,
+        vocab.sos_id,
+        vocab.eos_id,
+        max_len=int((lengths.max() * 3.0).ceil()) + 1,
+        max_repeats=DecodeConfig().max_repeats,  # an untrained speller loops: both stop it alike
+        never=vocab.never_written,
+    )  # and writes <sos>: neither chooses it
     limits = (lengths * 3.0).ceil().long() + 1
     for hyp, tokens, limit in zip(hyps, greedy, limits.tolist()):
         assert hyp.tokens == tokens[:limit]

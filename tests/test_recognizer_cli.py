@@ -19,7 +19,6 @@ from speech_attend.cli import main
 pytestmark = pytest.mark.slow
 
 
-
 @pytest.fixture(scope="module")
 def trained(tiny_synth, tmp_path_factory):
     """A corpus, a config and the checkpoint of a 3-step fit."""
@@ -44,8 +43,19 @@ def test_fit_checkpoint_loads_with_weights_only(trained):
 
 def test_test_writes_metrics_json(trained):
     out = trained["root"] / "test_run"
-    code = main(["test", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]),
-                 "--trainer.default_root_dir", str(out), "--ckpt_path", str(trained["ckpt"])])
+    code = main(
+        [
+            "test",
+            "--config",
+            str(trained["config"]),
+            "--data.data_dir",
+            str(trained["corpus"]),
+            "--trainer.default_root_dir",
+            str(out),
+            "--ckpt_path",
+            str(trained["ckpt"]),
+        ]
+    )
     assert code == 0
     metrics = json.loads(next(out.rglob("test_metrics.json")).read_text())
     assert {"wer", "cer", "items"} <= set(metrics) and metrics["items"] == 2
@@ -54,15 +64,31 @@ def test_test_writes_metrics_json(trained):
 def test_model_options_on_the_command_line_replace_the_checkpoint_s_settings(trained, caplog):
     saved = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)["hyper_parameters"]
     out = trained["root"] / "fine_tune"
-    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]),
-                 "--trainer.default_root_dir", str(out), "--trainer.max_steps", "4", "--ckpt_path", str(trained["ckpt"]),
-                 "--model.features.freq_masks", "1", f"--model.features.time_masks={saved['features']['time_masks'] + 1}"])
+    code = main(
+        [
+            "fit",
+            "--config",
+            str(trained["config"]),
+            "--data.data_dir",
+            str(trained["corpus"]),
+            "--trainer.default_root_dir",
+            str(out),
+            "--trainer.max_steps",
+            "4",
+            "--ckpt_path",
+            str(trained["ckpt"]),
+            "--model.features.freq_masks",
+            "1",
+            f"--model.features.time_masks={saved['features']['time_masks'] + 1}",
+        ]
+    )
     assert code == 0
     tuned = torch.load(next(out.rglob("last.ckpt")), map_location="cpu", weights_only=True)["hyper_parameters"]
     assert saved["features"]["freq_masks"] != 1
     assert tuned["features"]["freq_masks"] == 1 and tuned["features"]["time_masks"] == saved["features"]["time_masks"] + 1
-    assert {k: v for k, v in tuned["features"].items() if not k.endswith("masks")} == \
-        {k: v for k, v in saved["features"].items() if not k.endswith("masks")}  # the rest is the checkpoint's
+    assert {k: v for k, v in tuned["features"].items() if not k.endswith("masks")} == {
+        k: v for k, v in saved["features"].items() if not k.endswith("masks")
+    }  # the rest is the checkpoint's
     assert tuned["las"] == saved["las"] and tuned["vocabulary"] == saved["vocabulary"]
     assert "--model.features.freq_masks 1: replaces the checkpoint's" in caplog.text
 
@@ -76,18 +102,33 @@ def test_a_resumed_fit_takes_the_feature_statistics_from_its_checkpoint_without_
 
     monkeypatch.setattr(SpeechDataModule, "statistics_batches", refuse)
     out = trained["root"] / "resumed"
-    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]),
-                 "--trainer.default_root_dir", str(out), "--trainer.max_steps", "4", "--ckpt_path", str(trained["ckpt"])])
+    code = main(
+        [
+            "fit",
+            "--config",
+            str(trained["config"]),
+            "--data.data_dir",
+            str(trained["corpus"]),
+            "--trainer.default_root_dir",
+            str(out),
+            "--trainer.max_steps",
+            "4",
+            "--ckpt_path",
+            str(trained["ckpt"]),
+        ]
+    )
     assert code == 0
-    saved, resumed = (torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
-                      for path in (trained["ckpt"], next(out.rglob("last.ckpt"))))
+    saved, resumed = (
+        torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+        for path in (trained["ckpt"], next(out.rglob("last.ckpt")))
+    )
     for key in ("model.frontend.norm.mean", "model.frontend.norm.frames"):
         assert torch.equal(saved[key], resumed[key])
 
 
 def _model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-    return {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}
+    return {key[len("model.") :]: value for key, value in state.items() if key.startswith("model.")}
 
 
 def test_init_from_an_export_starts_a_new_run_from_its_weights(trained, caplog):
@@ -95,9 +136,25 @@ def test_init_from_an_export_starts_a_new_run_from_its_weights(trained, caplog):
     assert main(["export", "--ckpt", str(trained["ckpt"]), "--out", str(exported)]) == 0
     out = trained["root"] / "from_export"
     # a learning rate of 1e-12: the one step leaves the weights where the run started them
-    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
-                 str(out), "--trainer.max_steps", "1", "--init_from", str(exported), "--model.optimizer.lr", "1e-12",
-                 "--model.decoding.beam_size", "5"])
+    code = main(
+        [
+            "fit",
+            "--config",
+            str(trained["config"]),
+            "--data.data_dir",
+            str(trained["corpus"]),
+            "--trainer.default_root_dir",
+            str(out),
+            "--trainer.max_steps",
+            "1",
+            "--init_from",
+            str(exported),
+            "--model.optimizer.lr",
+            "1e-12",
+            "--model.decoding.beam_size",
+            "5",
+        ]
+    )
     assert code == 0
     checkpoint = next(out.rglob("last.ckpt"))
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -115,8 +172,26 @@ def test_init_from_a_fresh_config_trains_from_random_weights_otherwise(trained):
     """The check above would pass by chance if a new run's random weights equalled the trained
     ones; they do not."""
     out = trained["root"] / "from_scratch"
-    assert main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
-                 str(out), "--trainer.max_steps", "1", "--model.optimizer.lr", "1e-12", "--seed_everything", "1"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                str(trained["config"]),
+                "--data.data_dir",
+                str(trained["corpus"]),
+                "--trainer.default_root_dir",
+                str(out),
+                "--trainer.max_steps",
+                "1",
+                "--model.optimizer.lr",
+                "1e-12",
+                "--seed_everything",
+                "1",
+            ]
+        )
+        == 0
+    )
     fresh, trained_weights = _model_weights(next(out.rglob("last.ckpt"))), _model_weights(trained["ckpt"])
     assert not torch.allclose(fresh["speller.embedding.weight"], trained_weights["speller.embedding.weight"], atol=1e-3)
 
@@ -129,12 +204,28 @@ def test_init_from_refuses_a_bad_model_in_one_line(trained, tmp_path, capsys, pr
         (model / "model.safetensors").write_bytes(b"")
         (model / "config.json").write_text(json.dumps({"format": "attend/1", "app": "show-attend", "hyper_parameters": {}}))
     extra = ["--ckpt_path", str(trained["ckpt"])] if problem == "both" else []
-    code = main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
-                 str(tmp_path / "run"), "--trainer.max_steps", "1", "--init_from", str(model), *extra])
+    code = main(
+        [
+            "fit",
+            "--config",
+            str(trained["config"]),
+            "--data.data_dir",
+            str(trained["corpus"]),
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            "--trainer.max_steps",
+            "1",
+            "--init_from",
+            str(model),
+            *extra,
+        ]
+    )
     assert code == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("speech-attend: error: ")
-    assert {"missing": "no_such_model", "both": "give one of them", "captioner": "show-attend (captioner) model"}[problem] in error[0]
+    assert {"missing": "no_such_model", "both": "give one of them", "captioner": "show-attend (captioner) model"}[
+        problem
+    ] in error[0]
 
 
 def _test_files(corpus: Path) -> list[str]:
@@ -156,8 +247,20 @@ def test_transcribe_json_and_alignment_pngs(trained, capsys, tmp_path):
     stereo = tmp_path / "stereo.wav"
     resampled = np.interp(np.arange(int(len(wave) * 44100 / rate)) * rate / 44100, np.arange(len(wave)), wave)
     sf.write(stereo, np.stack([resampled, 0.5 * resampled], 1), 44100)
-    code = main(["transcribe", "--ckpt", str(trained["ckpt"]), "--json", "--alignment-dir", str(tmp_path / "png"),
-                 "--beam-size", "3", *files, str(stereo)])
+    code = main(
+        [
+            "transcribe",
+            "--ckpt",
+            str(trained["ckpt"]),
+            "--json",
+            "--alignment-dir",
+            str(tmp_path / "png"),
+            "--beam-size",
+            "3",
+            *files,
+            str(stereo),
+        ]
+    )
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["audio"] for line in lines] == [*files, str(stereo)]
@@ -215,8 +318,9 @@ def test_transcribe_as_a_subprocess(trained):
     files = _test_files(trained["corpus"])
     script = Path(sys.executable).parent / "speech-attend"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "speech_attend.cli"]
-    result = subprocess.run([*command, "transcribe", "--ckpt", str(trained["ckpt"]), "--json", files[0]],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*command, "transcribe", "--ckpt", str(trained["ckpt"]), "--json", files[0]], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["audio"] == files[0]
 
@@ -226,7 +330,7 @@ def test_fit_help_shows_the_keep_punctuation_default_in_quotes(capsys):
         main(["fit", "--help"])
     assert exit_.value.code == 0
     help_text = capsys.readouterr().out
-    entry = help_text[help_text.index("  --data.keep_punctuation"):].split("\n  --")[0]  # its lines, up to the next option
+    entry = help_text[help_text.index("  --data.keep_punctuation") :].split("\n  --")[0]  # its lines, up to the next option
     entry = " ".join(entry.split())
     assert entry.endswith("""(type: str, default: "'")"""), entry
     assert "apostrophes by default" in entry
@@ -234,11 +338,27 @@ def test_fit_help_shows_the_keep_punctuation_default_in_quotes(capsys):
 
 def test_the_recognizer_s_fit_with_averaging_exports_the_average(trained, tmp_path):
     run = tmp_path / "run"
-    assert main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir", str(run),
-                 "--averaging.decay", "0.5"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                str(trained["config"]),
+                "--data.data_dir",
+                str(trained["corpus"]),
+                "--trainer.default_root_dir",
+                str(run),
+                "--averaging.decay",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     checkpoint = torch.load(next(run.rglob("last.ckpt")), map_location="cpu", weights_only=True)
     averaged = [k for k, v in checkpoint["state_dict"].items() if not torch.equal(v, checkpoint[TRAINED_STATE][k])]
-    assert averaged and not any(k.endswith(("norm.mean", "norm.std", "norm.frames")) for k in averaged)  # the statistics are not averaged
+    assert averaged and not any(
+        k.endswith(("norm.mean", "norm.std", "norm.frames")) for k in averaged
+    )  # the statistics are not averaged
     assert main(["export", "--ckpt", str(next(run.rglob("last.ckpt"))), "--out", str(tmp_path / "model")]) == 0
     exported = load_file(tmp_path / "model" / "model.safetensors")
     for name in averaged:
@@ -257,9 +377,30 @@ def test_a_fit_with_the_consistency_loss_gets_references_from_the_linked_data_mo
         return term
 
     monkeypatch.setattr(RecognizerModule, "_consistency_loss", recorded)
-    assert main(["fit", "--config", str(trained["config"]), "--data.data_dir", str(trained["corpus"]), "--trainer.default_root_dir",
-                 str(tmp_path / "run"), "--trainer.max_steps", "2", "--model.consistency_weight", "0.5",
-                 "--data.augment.noise_prob", "1", "--data.augment.babble_prob", "0", "--data.augment.snr_db", "[0,5]"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                str(trained["config"]),
+                "--data.data_dir",
+                str(trained["corpus"]),
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+                "--trainer.max_steps",
+                "2",
+                "--model.consistency_weight",
+                "0.5",
+                "--data.augment.noise_prob",
+                "1",
+                "--data.augment.babble_prob",
+                "0",
+                "--data.augment.snr_db",
+                "[0,5]",
+            ]
+        )
+        == 0
+    )
     assert len(terms) == 2 and all(term is not None and term > 0 for term in terms)
     saved = torch.load(next((tmp_path / "run").rglob("last.ckpt")), map_location="cpu", weights_only=True)
     assert saved["hyper_parameters"]["consistency_weight"] == 0.5

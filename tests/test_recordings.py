@@ -31,8 +31,19 @@ from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recogniz
 from speech_attend.train.module import RecognizerModule
 
 RATE = 16000
-_LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
-                 embedding_dim=8, attention_dim=8, location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2)
+_LAS = LASConfig(
+    listener_hidden=16,
+    pyramid_layers=1,
+    input_stack=4,
+    speller_hidden=32,
+    speller_layers=1,
+    embedding_dim=8,
+    attention_dim=8,
+    location_filters=2,
+    location_kernel=5,
+    dropout=0.0,
+    ctc_upsample=2,
+)
 _CHARS = list("abcdefghijklmnopqrstuvwxyz' ")
 
 
@@ -52,8 +63,12 @@ def random_model(tmp_path_factory):
     torch.manual_seed(0)
     vocabulary = Vocabulary(_CHARS)
     model = LAS(_LAS, FeatureConfig(freq_masks=0, time_masks=0), vocabulary)
-    hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(_LAS), "features": asdict(model.frontend.config),
-               "decoding": asdict(DecodeConfig(beam_size=2))}
+    hparams = {
+        "vocabulary": vocabulary.to_dict()["tokens"],
+        "las": asdict(_LAS),
+        "features": asdict(model.frontend.config),
+        "decoding": asdict(DecodeConfig(beam_size=2)),
+    }
     return export_folder(tmp_path_factory.mktemp("random_model"), APP, model.state_dict(), hparams)
 
 
@@ -238,7 +253,7 @@ def test_the_rounding_step_is_read_off_the_samples_of_8_to_16_bit_audio():
     waves = torch.rand(5, 4000, generator=generator) * 1.6 - 0.8
     for row, bits in ((1, 16), (2, 12), (3, 8)):
         waves[row] = torch.round(waves[row] * 2 ** (bits - 1)) / 2 ** (bits - 1)
-    waves[4] = torch.round(waves[4] * 2 ** 15) / 2 ** 15
+    waves[4] = torch.round(waves[4] * 2**15) / 2**15
     waves[4, 3000:] = 0.123456  # past its length: padding, not its samples
     steps = sample_step(waves, torch.tensor([4000, 4000, 4000, 4000, 3000]))
     torch.testing.assert_close(steps, torch.tensor([0.0, 2.0**-15, 2.0**-11, 2.0**-7, 2.0**-15]), rtol=0, atol=0)
@@ -282,8 +297,9 @@ def test_subtracting_the_rounding_noise_leaves_files_at_a_good_level_and_off_gri
 def test_training_conditions_draw_offsets_and_gains_down_to_minus_50_db():
     config = AugmentConfig()
     assert config.gain_db[0] == -50.0 and config.dc_offset == (-0.3, 0.3) and config.dc_prob > 0
-    only_dc = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0,
-                            gain_prob=0, dc_prob=1)
+    only_dc = AugmentConfig(
+        speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0, dc_prob=1
+    )
     wave = torch.sin(torch.arange(8000) / 7.0)[None] * 0.1
     generator = torch.Generator().manual_seed(0)
     offsets = [float(augment_batch(wave, torch.tensor([8000]), only_dc, RATE, generator)[0].mean()) for _ in range(20)]
@@ -320,8 +336,12 @@ def test_quiet_hum_and_tones_are_silence_but_a_quiet_phrase_without_a_pause_is_n
 
 def test_offset_and_quiet_recordings_give_the_clean_transcript(random_model, tiny_synth, tmp_path):
     speech = _speech(tiny_synth)
-    variants = {"clean": speech, "offset": 0.5 * speech + 0.4, "minus_20_db": speech * _dbfs_gain(-20),
-                "minus_50_db": speech * _dbfs_gain(-50)}
+    variants = {
+        "clean": speech,
+        "offset": 0.5 * speech + 0.4,
+        "minus_20_db": speech * _dbfs_gain(-20),
+        "minus_50_db": speech * _dbfs_gain(-50),
+    }
     paths = []
     for name, audio in variants.items():
         paths.append(tmp_path / f"{name}.wav")

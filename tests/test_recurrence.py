@@ -34,8 +34,12 @@ def _loop(recurrence: bool, weight, hidden_weight, values, x, steps: int = 6):
 
 def _tensors():
     torch.manual_seed(0)
-    return (torch.randn(8, 5, requires_grad=True), torch.randn(8, 8, requires_grad=True),
-            torch.randn(4, 7, 8, requires_grad=True), torch.randn(4, 5, requires_grad=True))
+    return (
+        torch.randn(8, 5, requires_grad=True),
+        torch.randn(8, 8, requires_grad=True),
+        torch.randn(4, 7, 8, requires_grad=True),
+        torch.randn(4, 5, requires_grad=True),
+    )
 
 
 def test_step_linear_and_step_read_give_autograds_values_and_gradients_as_the_batch_shrinks():
@@ -57,7 +61,10 @@ class _CountProducts(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm) and tuple(out.shape) == self.shape:
+        if (
+            func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm)
+            and tuple(out.shape) == self.shape
+        ):
             self.count += 1
         return out
 
@@ -143,7 +150,9 @@ def test_the_captioner_decoder_has_autograds_gradients_with_captions_of_differen
 @pytest.mark.parametrize("sampling", [0.0, 0.5])
 def test_the_speller_has_autograds_gradients_with_location_attention_and_scheduled_sampling(monkeypatch, sampling):
     torch.manual_seed(0)
-    speller = Speller(20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5))
+    speller = Speller(
+        20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)
+    )
     states, lengths = torch.randn(3, 11, 12), torch.tensor([11, 9, 6])
     inputs = torch.randint(4, 20, (3, 8))
 
@@ -159,7 +168,9 @@ def test_the_spellers_decoding_step_reads_the_weights_as_they_are_now():
     # No joined copy of the weights is kept between searches: an optimiser step in between (an
     # in-place change) is seen by the next search.
     torch.manual_seed(0)
-    speller = Speller(20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)).eval()
+    speller = Speller(
+        20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)
+    ).eval()
     memory, state = speller.start(torch.randn(3, 11, 12), torch.tensor([11, 9, 6]))
     tokens = torch.tensor([4, 5, 6])
     with torch.no_grad():
@@ -197,7 +208,9 @@ def test_scheduled_sampling_feeds_the_rows_it_draws_the_previous_steps_predictio
     # Predictions go through the output layer only for the drawn rows; the logits returned must be
     # those of a step-by-step decode that reads, in each drawn row, the previous step's argmax.
     torch.manual_seed(0)
-    speller = Speller(20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)).eval()
+    speller = Speller(
+        20, 12, SpellerConfig(hidden=16, layers=2, embedding_dim=8, attention="location", attention_dim=10, location_kernel=5)
+    ).eval()
     states, lengths = torch.randn(4, 11, 12), torch.tensor([11, 9, 6, 3])
     memory, state = speller.start(states, lengths)
     inputs = torch.randint(4, 20, (4, 9))

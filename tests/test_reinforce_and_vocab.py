@@ -16,8 +16,12 @@ def test_reinforce_surrogate_gradient_matches_hand_computation():
     sampled, baseline = 2, -1.5
     log_likelihood = 3.0 * w - 2.5  # log p(y | s), depends on w only
     loss = reinforce_loss(
-        log_likelihood.view(1), alpha[sampled].log().view(1, 1), attention_entropy(alpha).view(1, 1),
-        torch.ones(1, 1, dtype=torch.bool), baseline, config,
+        log_likelihood.view(1),
+        alpha[sampled].log().view(1, 1),
+        attention_entropy(alpha).view(1, 1),
+        torch.ones(1, 1, dtype=torch.bool),
+        baseline,
+        config,
     )
     loss.backward()
 

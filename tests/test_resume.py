@@ -113,9 +113,13 @@ def _assert_same_weights(a: Path, b: Path) -> None:
 
 def _write_config(path: Path, config: dict, stall_at: int | None = None) -> Path:
     if stall_at is not None:
-        config = {**config, "trainer": {**config["trainer"], "callbacks": [
-            {"class_path": "test_resume.StallAtStep", "init_args": {"step": stall_at}}
-        ]}}
+        config = {
+            **config,
+            "trainer": {
+                **config["trainer"],
+                "callbacks": [{"class_path": "test_resume.StallAtStep", "init_args": {"step": stall_at}}],
+            },
+        }
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -144,14 +148,23 @@ def _caption_config(data_dir: Path, run_dir: Path, max_steps: int, **trainer) ->
     return {
         "seed_everything": 0,
         "trainer": {
-            "accelerator": "cpu", "devices": 1, "max_steps": max_steps, "val_check_interval": 3,
-            "num_sanity_val_steps": 0, "log_every_n_steps": 1, "enable_progress_bar": False,
-            "enable_model_summary": False, "default_root_dir": str(run_dir), **trainer,
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_steps": max_steps,
+            "val_check_interval": 3,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(run_dir),
+            **trainer,
         },
         "model": {
             "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
             "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.2},
-            "optimizer": {"lr": 0.003}, "beam_size": 2, "max_decode_length": 12,
+            "optimizer": {"lr": 0.003},
+            "beam_size": 2,
+            "max_decode_length": 12,
         },
         "data": {"data_dir": str(data_dir), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
     }
@@ -164,7 +177,9 @@ def test_captioner_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights(
     run = tmp_path / "killed"
     config = _caption_config(shapes, run, 6)
     last = run / "version_0" / "checkpoints" / "last.ckpt"
-    child = _start("show_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=3))], tmp_path / "b.log")
+    child = _start(
+        "show_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=3))], tmp_path / "b.log"
+    )
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "b.log")  # after epoch 0's checkpoint
     finally:
@@ -185,7 +200,9 @@ def test_captioner_sigterm_saves_the_step_reached_and_exits_143_then_resumes(sha
     run = tmp_path / "run"
     config = _caption_config(shapes, run, 6)
     last = run / "version_0" / "checkpoints" / "last.ckpt"
-    child = _start("show_attend", ["fit", "--config", str(_write_config(tmp_path / "a.yaml", config, stall_at=4))], tmp_path / "a.log")
+    child = _start(
+        "show_attend", ["fit", "--config", str(_write_config(tmp_path / "a.yaml", config, stall_at=4))], tmp_path / "a.log"
+    )
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "a.log")
         child.send_signal(signal.SIGTERM)  # the stalled fifth step runs, then the run stops
@@ -209,13 +226,27 @@ def _speech_config(corpus: Path, run_dir: Path, max_steps: int, **trainer) -> di
     return {
         "seed_everything": 0,
         "trainer": {
-            "accelerator": "cpu", "devices": 1, "max_steps": max_steps, "limit_val_batches": 1,
-            "log_every_n_steps": 1, "enable_progress_bar": False,  # sanity check on, as in the shipped configs
-            "enable_model_summary": False, "default_root_dir": str(run_dir), **trainer,
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_steps": max_steps,
+            "limit_val_batches": 1,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,  # sanity check on, as in the shipped configs
+            "enable_model_summary": False,
+            "default_root_dir": str(run_dir),
+            **trainer,
         },
         "model": {  # dropout and SpecAugment (by default on) draw from the random generators
-            "las": {"listener_hidden": 8, "pyramid_layers": 2, "speller_hidden": 16, "embedding_dim": 8,
-                    "attention_dim": 8, "location_filters": 2, "location_kernel": 5, "ctc_upsample": 2},
+            "las": {
+                "listener_hidden": 8,
+                "pyramid_layers": 2,
+                "speller_hidden": 16,
+                "embedding_dim": 8,
+                "attention_dim": 8,
+                "location_filters": 2,
+                "location_kernel": 5,
+                "ctc_upsample": 2,
+            },
             "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
             "optimizer": {"warmup_steps": 1},
         },
@@ -242,7 +273,9 @@ def test_recognizer_killed_after_an_epoch_checkpoint_resumes_to_the_same_weights
     run = tmp_path / "killed"
     config = _speech_config(tiny_synth, run, 4)
     last = run / "version_0" / "checkpoints" / "last.ckpt"
-    child = _start("speech_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=2))], tmp_path / "b.log")
+    child = _start(
+        "speech_attend", ["fit", "--config", str(_write_config(tmp_path / "b.yaml", config, stall_at=2))], tmp_path / "b.log"
+    )
     try:
         _wait_for((run / "stalled").is_file, child, tmp_path / "b.log")  # after epoch 0's validation and checkpoint
     finally:
@@ -335,7 +368,9 @@ def test_a_checkpoint_killed_while_being_written_leaves_the_previous_one_whole(t
     for attempt in range(3):
         log, start = tmp_path / f"writer{attempt}.log", time.time_ns()
         with log.open("w") as out:
-            child = subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], stdout=out, stderr=subprocess.STDOUT, env=_env())
+            child = subprocess.Popen(
+                [sys.executable, "-c", _WRITER, str(target)], stdout=out, stderr=subprocess.STDOUT, env=_env()
+            )
         try:
             # a complete file from this writer, then the next one half written
             _wait_for(lambda: target.is_file() and target.stat().st_mtime_ns > start and temporaries(), child, log)

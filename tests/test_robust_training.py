@@ -47,8 +47,15 @@ class _Model(pl.LightningModule):
 
 
 def _trainer(tmp_path, callbacks):
-    return pl.Trainer(default_root_dir=tmp_path, max_epochs=1, callbacks=callbacks, logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    return pl.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
 
 
 def test_a_few_bad_samples_are_skipped_and_logged(tmp_path):

@@ -21,8 +21,7 @@ _SETTINGS = [(128, 4)] * 40 + [(32, 4)] * 10 + [(96, 9)] * 10
 @pytest.fixture(scope="module")
 def scenes():
     return [
-        generate_scene(np.random.default_rng(i), image_size=size, max_objects=most)
-        for i, (size, most) in enumerate(_SETTINGS)
+        generate_scene(np.random.default_rng(i), image_size=size, max_objects=most) for i, (size, most) in enumerate(_SETTINGS)
     ]
 
 
@@ -185,9 +184,7 @@ def test_val_and_test_images_do_not_depend_on_the_train_count(small_dataset, tmp
     fewer = prepare_shapes(tmp_path, train=1, val=2, test=3, seed=3, image_size=64, progress=False)
     ours = json.loads(small_dataset.read_text())["images"][6:]
     theirs = json.loads(fewer.read_text())["images"][1:]
-    assert [im["sentences"][0]["tokens"] for im in ours] == [
-        im["sentences"][0]["tokens"] for im in theirs
-    ]
+    assert [im["sentences"][0]["tokens"] for im in ours] == [im["sentences"][0]["tokens"] for im in theirs]
     assert [im["objects"] for im in ours] == [im["objects"] for im in theirs]
 
 

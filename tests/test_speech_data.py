@@ -298,8 +298,7 @@ def test_read_corpus_dispatches_on_what_the_folder_holds(tmp_path):
     (manifests / "dev.csv").write_text("audio,text\na.wav,from csv\n")
     (manifests / "test.tsv").write_text("audio\ttext\na.wav\tfrom tsv\n")
     (manifests / "train.jsonl").write_text(json.dumps({"audio": "a.wav", "text": "from jsonl"}) + "\n")
-    assert [read_corpus(manifests, s)[0].text for s in ("train", "dev", "test")] == [
-        "from jsonl", "from csv", "from tsv"]
+    assert [read_corpus(manifests, s)[0].text for s in ("train", "dev", "test")] == ["from jsonl", "from csv", "from tsv"]
     with pytest.raises(CorpusError, match="no corpus for split 'valid'"):
         read_corpus(manifests, "valid")
 

@@ -15,8 +15,15 @@ from speech_attend.train.module import RecognizerModule
 
 CHARS = list("abc ")
 TINY = LASConfig(
-    listener_hidden=8, pyramid_layers=2, speller_hidden=16, embedding_dim=8, attention_dim=8,
-    location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2,
+    listener_hidden=8,
+    pyramid_layers=2,
+    speller_hidden=16,
+    embedding_dim=8,
+    attention_dim=8,
+    location_filters=2,
+    location_kernel=5,
+    dropout=0.0,
+    ctc_upsample=2,
 )
 SR = 16000
 
@@ -69,8 +76,9 @@ def test_empty_transcript_is_just_eos():
 def test_ids_follow_the_texts_that_training_conditions_empty():
     vocabulary = Vocabulary(CHARS)
     texts = [("abc " * 5)[: 3 + i % 11] for i in range(64)]
-    plain = AugmentConfig(speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0,
-                          low_rate_prob=0, gain_prob=0, dc_prob=0)
+    plain = AugmentConfig(
+        speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0, dc_prob=0
+    )
     torch.manual_seed(0)
     augmented = AugmentedCollate(Collate(vocabulary), replace_config(plain, non_speech_prob=0.25), SR)
     batch = augmented([(torch.randn(4000) * 0.1, text, f"u{i}") for i, text in enumerate(texts)])
@@ -86,8 +94,9 @@ def test_ids_follow_the_texts_that_training_conditions_empty():
 
 def test_loss_of_a_batch_is_the_same_as_when_the_module_made_the_ids():
     torch.manual_seed(0)
-    module = RecognizerModule(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS,
-                              ctc_weight=0.3, guided_attention=0.5)
+    module = RecognizerModule(
+        las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS, ctc_weight=0.3, guided_attention=0.5
+    )
     module.train()
     batch = Collate(Vocabulary(CHARS))(_items(["abc ab", "ca", "", "b"]))
     old = batch._replace(**dict(zip(("inputs", "outputs", "label_lengths"), _old_targets(batch.texts, module.vocabulary))))

@@ -34,8 +34,19 @@ from speech_attend.model.las import LAS, DecodeConfig, LASConfig
 
 RATE = 16000
 _CHARS = list("abcdefghijklmnopqrstuvwxyz' ")
-_LAS = LASConfig(listener_hidden=16, pyramid_layers=1, input_stack=4, speller_hidden=32, speller_layers=1,
-                 embedding_dim=8, attention_dim=8, location_filters=2, location_kernel=5, dropout=0.0, ctc_upsample=2)
+_LAS = LASConfig(
+    listener_hidden=16,
+    pyramid_layers=1,
+    input_stack=4,
+    speller_hidden=32,
+    speller_layers=1,
+    embedding_dim=8,
+    attention_dim=8,
+    location_filters=2,
+    location_kernel=5,
+    dropout=0.0,
+    ctc_upsample=2,
+)
 
 
 def _export(folder: Path, las: LASConfig = _LAS, blank_bias: float | None = None) -> Path:
@@ -48,8 +59,12 @@ def _export(folder: Path, las: LASConfig = _LAS, blank_bias: float | None = None
             model.ctc_head.weight.zero_()
             model.ctc_head.bias.zero_()
             model.ctc_head.bias[:: len(vocabulary)] = blank_bias  # slot k's blank is entry k * V
-    hparams = {"vocabulary": vocabulary.to_dict()["tokens"], "las": asdict(las), "features": asdict(model.frontend.config),
-               "decoding": asdict(DecodeConfig(beam_size=2, max_chunk_seconds=3.0))}
+    hparams = {
+        "vocabulary": vocabulary.to_dict()["tokens"],
+        "las": asdict(las),
+        "features": asdict(model.frontend.config),
+        "decoding": asdict(DecodeConfig(beam_size=2, max_chunk_seconds=3.0)),
+    }
     return export_folder(folder, APP, model.state_dict(), hparams)
 
 
@@ -244,8 +259,22 @@ def test_json_keeps_todays_keys_and_gives_segments_words_and_confidence(random_m
 
 def test_srt_vtt_tsv_txt_and_json_files_hold_the_segments_and_parse(random_model, speech_file, tmp_path, capsys):
     out = tmp_path / "out"
-    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-dir", str(out),
-                          "--output-format", "all", "--json", str(speech_file)]) == 0
+    assert (
+        speech_attend(
+            [
+                "transcribe",
+                "--ckpt",
+                str(random_model),
+                "--output-dir",
+                str(out),
+                "--output-format",
+                "all",
+                "--json",
+                str(speech_file),
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert sorted(p.name for p in out.iterdir()) == [f"talk.{f}" for f in ("json", "srt", "tsv", "txt", "vtt")]
     spoken = [s for s in result["segments"] if s["text"]]
@@ -267,7 +296,10 @@ def test_srt_vtt_tsv_txt_and_json_files_hold_the_segments_and_parse(random_model
 def test_srt_on_standard_output_takes_one_input(random_model, speech_file, capsys):
     assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-format", "srt", str(speech_file)]) == 0
     assert list(srt.parse(capsys.readouterr().out))
-    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-format", "srt", str(speech_file), str(speech_file)]) == 2
+    assert (
+        speech_attend(["transcribe", "--ckpt", str(random_model), "--output-format", "srt", str(speech_file), str(speech_file)])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--output-dir" in err
 
@@ -280,8 +312,22 @@ def test_inputs_with_the_same_name_in_different_folders_do_not_overwrite_each_ot
     same = tmp_path / "a" / "talk.wav"
     same.write_bytes(speech_file.read_bytes())
     out = tmp_path / "out"
-    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--output-dir", str(out), "--output-format", "json",
-                          str(same), str(silence)]) == 0
+    assert (
+        speech_attend(
+            [
+                "transcribe",
+                "--ckpt",
+                str(random_model),
+                "--output-dir",
+                str(out),
+                "--output-format",
+                "json",
+                str(same),
+                str(silence),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert sorted(p.name for p in out.iterdir()) == ["a_talk.json", "b_talk.json"]
     assert json.loads((out / "a_talk.json").read_text())["audio"] == str(same)
@@ -292,8 +338,9 @@ def test_inputs_with_the_same_name_in_different_folders_do_not_overwrite_each_ot
 def test_an_output_folder_that_cannot_be_written_is_one_line_before_any_decoding(tmp_path, speech_file, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    code = speech_attend(["transcribe", "--ckpt", str(tmp_path / "no_model"), "--output-dir", str(blocker / "out"),
-                          str(speech_file)])
+    code = speech_attend(
+        ["transcribe", "--ckpt", str(tmp_path / "no_model"), "--output-dir", str(blocker / "out"), str(speech_file)]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert str(blocker / "out") in err and "cannot write" in err  # the folder, not the model, which is never loaded
@@ -308,8 +355,9 @@ def test_an_unknown_output_format_is_one_line_listing_the_formats(speech_file, c
 
 
 @pytest.mark.parametrize("terminal, json_out, shown", [(True, False, True), (False, False, False), (True, True, False)])
-def test_a_progress_bar_shows_on_a_terminal_only_and_never_with_json(random_model, speech_file, capsys, monkeypatch,
-                                                                   terminal, json_out, shown):
+def test_a_progress_bar_shows_on_a_terminal_only_and_never_with_json(
+    random_model, speech_file, capsys, monkeypatch, terminal, json_out, shown
+):
     import sys
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
@@ -341,18 +389,39 @@ def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp
 
     from speech_attend.builtin import corpus
 
-    jobs, _ = corpus._plan(tmp_path, {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",))  # wordnet: the same, slower
+    jobs, _ = corpus._plan(
+        tmp_path, {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",)
+    )  # wordnet: the same, slower
     assert jobs[0].speaker.split == "dev"
     utterance = timing_check.speak_with_times(jobs[0])
     rate, pitch, volume, seed, pitch_range, word_gap = jobs[0].params
-    spoken = speak(jobs[0].text, jobs[0].speaker.espeak_name, rate, pitch, volume, seed, pitch_range=pitch_range, word_gap=word_gap)
+    spoken = speak(
+        jobs[0].text, jobs[0].speaker.espeak_name, rate, pitch, volume, seed, pitch_range=pitch_range, word_gap=word_gap
+    )
     assert np.array_equal(utterance.wave, spoken.numpy())  # the clip the corpus would write
     starts = [s for _, s in utterance.words if s is not None]
     assert starts == sorted(starts) and abs(starts[0] - utterance.onset) < 0.1  # the first word starts with the speech
 
     report = tmp_path / "timing.json"
-    assert timing_check.main(["--ckpt", str(random_model), "--files", "1", "--per-file", "2", "--text", "templates",
-                              "--non-speech-seconds", "1", "--json", str(report)]) == 0
+    assert (
+        timing_check.main(
+            [
+                "--ckpt",
+                str(random_model),
+                "--files",
+                "1",
+                "--per-file",
+                "2",
+                "--text",
+                "templates",
+                "--non-speech-seconds",
+                "1",
+                "--json",
+                str(report),
+            ]
+        )
+        == 0
+    )
     results = json.loads(report.read_text())
     assert results["utterances"] == 2 and results["true_words"] > 0
     assert results["segment_start"]["n"] >= 1 and results["segment_start"]["median_abs_s"] < 0.25
@@ -370,8 +439,11 @@ def test_timing_check_scores_times_against_the_truth():
     first = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("the", 0.2), ("cat", 0.5)])
     second = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("a", 0.2)])
     clip = timing_check.Clip(Path("x.flac"), [0.0, 2.0], [first, second])
-    words = [Word("the", 0.25, 0.4, -0.1, (0.25, 0.4), (0.3, 0.4)), Word("cat", 0.5, 0.7, -0.1, (0.5, 0.7), (0.6, 0.7)),
-             Word("dog", 2.5, 2.7, -0.1, (2.9, 3.0), (2.55, 2.7))]
+    words = [
+        Word("the", 0.25, 0.4, -0.1, (0.25, 0.4), (0.3, 0.4)),
+        Word("cat", 0.5, 0.7, -0.1, (0.5, 0.7), (0.6, 0.7)),
+        Word("dog", 2.5, 2.7, -0.1, (2.9, 3.0), (2.55, 2.7)),
+    ]
     segments = [Segment(0.2, 1.0, "the cat", words[:2]), Segment(2.1, 3.0, "dog", words[2:])]
     transcript = type("T", (), {"segments": segments})()
     results = timing_check.score([clip], [transcript])
@@ -390,8 +462,12 @@ def test_timing_check_scores_times_against_the_truth():
 def test_transcribe_takes_device_and_beam_size_as_the_python_api_does(random_model, speech_file, capsys):
     from speech_attend import Transcriber as FromThePackage
 
-    assert speech_attend(["transcribe", "--ckpt", str(random_model), "--device", "cpu", "--beam-size", "1", "--json",
-                          str(speech_file)]) == 0
+    assert (
+        speech_attend(
+            ["transcribe", "--ckpt", str(random_model), "--device", "cpu", "--beam-size", "1", "--json", str(speech_file)]
+        )
+        == 0
+    )
     line = json.loads(capsys.readouterr().out)
     transcriber = FromThePackage.load(random_model, device="cpu", beam_size=1)
     assert transcriber.decoding.beam_size == 1
@@ -419,14 +495,19 @@ def test_a_folder_without_audio_is_one_line_and_exit_2_before_the_model_loads(tm
     assert f"{tmp_path / 'empty'}: a folder with no audio files" in err  # not the missing model: nothing was loaded
 
 
-@pytest.mark.parametrize("option, value, expected", [
-    ("--device", "cuda", "no CUDA GPU"),
-    ("--device", "cuda:7", "no CUDA GPU"),
-    ("--device", "banana", "expected cpu, cuda or cuda:N"),
-    ("--beam-size", "0", "must be >= 1"),
-    ("--max-chunk-seconds", "0", "must be positive"),
-])
-def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(speech_file, tmp_path, capsys, monkeypatch, option, value, expected):
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--device", "cuda", "no CUDA GPU"),
+        ("--device", "cuda:7", "no CUDA GPU"),
+        ("--device", "banana", "expected cpu, cuda or cuda:N"),
+        ("--beam-size", "0", "must be >= 1"),
+        ("--max-chunk-seconds", "0", "must be positive"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it_before_the_model_loads(
+    speech_file, tmp_path, capsys, monkeypatch, option, value, expected
+):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a machine with a GPU
     code = speech_attend(["transcribe", "--ckpt", str(tmp_path / "no_model"), option, value, str(speech_file)])
     err = capsys.readouterr().err.strip()

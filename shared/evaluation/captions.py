@@ -110,14 +110,10 @@ _BLEU_SMALL = 1e-9
 
 def _ngram_counts(tokens: Tokens, max_n: int) -> Counter:
     """Counts of every n-gram (as a tuple) of ``tokens`` for n = 1..max_n."""
-    return Counter(
-        tuple(tokens[i : i + n]) for n in range(1, max_n + 1) for i in range(len(tokens) - n + 1)
-    )
+    return Counter(tuple(tokens[i : i + n]) for n in range(1, max_n + 1) for i in range(len(tokens) - n + 1))
 
 
-def corpus_bleu(
-    hypotheses: Sequence[Tokens], references: Sequence[Sequence[Tokens]], max_n: int = 4
-) -> list[float]:
+def corpus_bleu(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Tokens]], max_n: int = 4) -> list[float]:
     """Corpus BLEU-1..max_n exactly as pycocoevalcap's ``Bleu`` (option "closest").
 
     Clipped n-gram matches and n-gram totals are summed over the corpus; the effective
@@ -167,9 +163,7 @@ def _lcs_length(a: Tokens, b: Tokens) -> int:
     return previous[-1]
 
 
-def rouge_l(
-    hypotheses: Sequence[Tokens], references: Sequence[Sequence[Tokens]], beta: float = 1.2
-) -> float:
+def rouge_l(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Tokens]], beta: float = 1.2) -> float:
     """ROUGE-L as pycocoevalcap's ``Rouge``: mean over images of an LCS F-measure.
 
     Per image, precision and recall are each the maximum over its references, then combined
@@ -404,8 +398,7 @@ def _tokenise_pairs(
         missing = [k for k in hypotheses if k not in references][:5]
         extra = [k for k in references if k not in hypotheses][:5]
         raise ValueError(
-            "hypotheses and references must have the same keys; "
-            f"without references: {missing}, without a hypothesis: {extra}."
+            f"hypotheses and references must have the same keys; without references: {missing}, without a hypothesis: {extra}."
         )
     hyps, refs = [], []
     for key, hypothesis in hypotheses.items():
@@ -417,9 +410,7 @@ def _tokenise_pairs(
             kind = type(captions).__name__
             raise ValueError(f"references[{key!r}] must be a list of strings, got {kind}.")
         if not captions:
-            raise ValueError(
-                f"references[{key!r}] is empty; every image needs at least one reference."
-            )
+            raise ValueError(f"references[{key!r}] is empty; every image needs at least one reference.")
         tokenised = [tokenize_caption(caption) for caption in captions]
         if not all(tokenised):
             raise ValueError(f"references[{key!r}] contains a caption with no words.")
@@ -467,9 +458,7 @@ def caption_metrics(
     }
 
 
-def exact_match(
-    hypotheses: Mapping[Hashable, str], references: Mapping[Hashable, Sequence[str]]
-) -> float:
+def exact_match(hypotheses: Mapping[Hashable, str], references: Mapping[Hashable, Sequence[str]]) -> float:
     """Fraction of images whose tokenised hypothesis equals one of their tokenised references.
 
     Args:

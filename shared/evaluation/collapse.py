@@ -116,9 +116,13 @@ def collapse_warning(collapse: OutputCollapse, stage: str, noun: str = "outputs"
         return None
     advice = "train longer or lower the learning rate"
     if collapse.most_common_share > MOST:
-        return (f"{stage}: {collapse.most_common_share:.0%} of the {n} {noun} are the same one "
-                f"({_shown(collapse.most_common)}): the model has collapsed; {advice}")
+        return (
+            f"{stage}: {collapse.most_common_share:.0%} of the {n} {noun} are the same one "
+            f"({_shown(collapse.most_common)}): the model has collapsed; {advice}"
+        )
     if collapse.looping_share > MOST:
-        return (f"{stage}: {collapse.looping_share:.0%} of the {n} {noun} repeat one word over and over "
-                f"(such as {_shown(collapse.looping_example or '')}): the model loops; {advice}")
+        return (
+            f"{stage}: {collapse.looping_share:.0%} of the {n} {noun} repeat one word over and over "
+            f"(such as {_shown(collapse.looping_example or '')}): the model loops; {advice}"
+        )
     return None

@@ -152,6 +152,9 @@ def write_explanations(
                 lines.flush()
             picture = save(result, out / f"{result.source.stem}.png") if result.outputs else None
             agree = sum(output.comparison.peak_in_top for output in result.outputs)
-            print(f"{result.source}: {result.text}  [attention peak among the 3 most decisive {positions} for {agree} of "
-                  f"{len(result.outputs)} {outputs}]" + (f"  [{picture}]" if picture else ""), flush=True)
+            print(
+                f"{result.source}: {result.text}  [attention peak among the 3 most decisive {positions} for {agree} of "
+                f"{len(result.outputs)} {outputs}]" + (f"  [{picture}]" if picture else ""),
+                flush=True,
+            )
     return status

@@ -30,8 +30,13 @@ from PIL import Image
 from shared.training.writes import replacing
 
 __all__ = [
-    "overlay_attention", "save_caption_grid", "save_attention_and_occlusion", "save_alignment",
-    "save_alignment_and_occlusion", "save_curves", "save_lines",
+    "overlay_attention",
+    "save_caption_grid",
+    "save_attention_and_occlusion",
+    "save_alignment",
+    "save_alignment_and_occlusion",
+    "save_curves",
+    "save_lines",
 ]
 
 _CMAP = "jet"  # the colour map of the paper's figures; its hot end stands out on photos
@@ -74,9 +79,7 @@ def _save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-def overlay_attention(
-    image: np.ndarray | Image.Image, weights: Any, alpha: float = 0.6
-) -> np.ndarray:
+def overlay_attention(image: np.ndarray | Image.Image, weights: Any, alpha: float = 0.6) -> np.ndarray:
     """Blend one attention map over the image it attended to.
 
     The map is upsampled smoothly (bicubic) to the image size, min-max normalised to 0..1 by
@@ -103,9 +106,7 @@ def overlay_attention(
     height, width = rgb.shape[:2]
     # PIL resizes float ("F" mode) images. Bicubic overshoots near a sharp peak, so the
     # levels are normalised by the grid's own range and clipped, not by the smoothed range.
-    smooth = Image.fromarray(np.ascontiguousarray(grid)).resize(
-        (width, height), Image.Resampling.BICUBIC
-    )
+    smooth = Image.fromarray(np.ascontiguousarray(grid)).resize((width, height), Image.Resampling.BICUBIC)
     low, high = float(grid.min()), float(grid.max())
     if high - low > 1e-12:
         level = np.clip((np.asarray(smooth) - low) / (high - low), 0.0, 1.0)
@@ -142,10 +143,7 @@ def save_caption_grid(
     if maps.ndim != 3:
         raise ValueError(f"weights must have shape (T, gh, gw), got {tuple(maps.shape)}.")
     if len(words) != maps.shape[0]:
-        raise ValueError(
-            f"need one attention map per word: got {len(words)} words "
-            f"and {maps.shape[0]} maps."
-        )
+        raise ValueError(f"need one attention map per word: got {len(words)} words and {maps.shape[0]} maps.")
     if cols < 1:
         raise ValueError(f"cols must be at least 1, got {cols}.")
 
@@ -204,14 +202,21 @@ def save_attention_and_occlusion(
     return _save(fig, path)
 
 
-def _draw_alignment(fig: Figure, ax: Any, matrix: np.ndarray, output_labels: Sequence[str] | None,
-                    frame_seconds: float | None, cmap: str = "viridis") -> None:
+def _draw_alignment(
+    fig: Figure,
+    ax: Any,
+    matrix: np.ndarray,
+    output_labels: Sequence[str] | None,
+    frame_seconds: float | None,
+    cmap: str = "viridis",
+) -> None:
     """Output steps down the y axis, input time along the x axis, with a colour bar."""
     t_out, t_in = matrix.shape
     x_end = t_in * frame_seconds if frame_seconds is not None else t_in
     # extent puts frame i over [i, i+1) (or seconds) and output step t centred on row t.
-    image = ax.imshow(matrix, aspect="auto", origin="upper", interpolation="nearest", cmap=cmap,
-                      extent=(0.0, x_end, t_out - 0.5, -0.5))
+    image = ax.imshow(
+        matrix, aspect="auto", origin="upper", interpolation="nearest", cmap=cmap, extent=(0.0, x_end, t_out - 0.5, -0.5)
+    )
     fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     ax.set_xlabel("time (s)" if frame_seconds is not None else "input frame")
     ax.set_ylabel("output step")
@@ -251,10 +256,7 @@ def save_alignment(
         raise ValueError(f"weights must have shape (T_out, T_in), got {tuple(matrix.shape)}.")
     t_out, t_in = matrix.shape
     if output_labels is not None and len(output_labels) != t_out:
-        raise ValueError(
-            f"need one label per output step: got {len(output_labels)} labels "
-            f"for {t_out} steps."
-        )
+        raise ValueError(f"need one label per output step: got {len(output_labels)} labels for {t_out} steps.")
     if frame_seconds is not None and frame_seconds <= 0:
         raise ValueError(f"frame_seconds must be positive, got {frame_seconds}.")
 

@@ -25,8 +25,7 @@ def _aligned(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[list
         raise ValueError("references and hypotheses must be lists of strings, not strings.")
     if len(references) != len(hypotheses):
         raise ValueError(
-            f"expected one hypothesis per reference, got {len(references)} references "
-            f"and {len(hypotheses)} hypotheses."
+            f"expected one hypothesis per reference, got {len(references)} references and {len(hypotheses)} hypotheses."
         )
     return [" ".join(text.split()) for text in references], [" ".join(text.split()) for text in hypotheses]
 

@@ -69,7 +69,9 @@ class WeightAverage(pl.Callback):
     def _parameters(self, pl_module: pl.LightningModule) -> dict[str, torch.Tensor]:
         return {name: p for name, p in pl_module.named_parameters() if p.is_floating_point()}
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not self.enabled or trainer.global_step < self.start_step:
             return
         parameters = self._parameters(pl_module)

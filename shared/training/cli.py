@@ -74,15 +74,23 @@ class AttendCLI(LightningCLI):
     ``trainer_defaults`` are merged into the shared ones.
     """
 
-    def __init__(self, model_class: type, datamodule_class: type, args: list[str], trainer_defaults: dict | None = None, **kwargs: Any):
+    def __init__(
+        self, model_class: type, datamodule_class: type, args: list[str], trainer_defaults: dict | None = None, **kwargs: Any
+    ):
         defaults = dict(trainer_defaults or {})
         defaults["callbacks"] = [StopOnNonFinite(), ExactResume(), *defaults.get("callbacks", [])]
         defaults.setdefault("enable_checkpointing", False)  # RunCheckpoints writes them; Lightning's own would add copies
         self._model_options = _model_options(args)  # read while Lightning parses, in _parse_ckpt_path
         self._init_files: ModelFiles | None = None  # --init_from's weights, loaded once the module is built
         super().__init__(
-            model_class, datamodule_class, args=args, trainer_defaults=defaults, seed_everything_default=0,
-            save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, **kwargs,
+            model_class,
+            datamodule_class,
+            args=args,
+            trainer_defaults=defaults,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            **kwargs,
         )
 
     def link_data_and_model(self, parser: LightningArgumentParser) -> None:
@@ -92,9 +100,13 @@ class AttendCLI(LightningCLI):
         parser.add_lightning_class_args(RunCheckpoints, "checkpoint")
         parser.add_lightning_class_args(SkipBadSamples, "bad_samples")
         parser.add_lightning_class_args(WeightAverage, "averaging")
-        parser.add_argument("--init_from", type=Optional[str], default=None,  # noqa: UP045  jsonargparse reads the typing form
-                            help="start a new run from a trained model's weights: an exported folder or a .ckpt (its settings and "
-                                 "vocabulary; a new optimiser at step 0). --ckpt_path resumes a run instead")
+        parser.add_argument(
+            "--init_from",
+            type=Optional[str],  # noqa: UP045  jsonargparse reads the typing form
+            default=None,
+            help="start a new run from a trained model's weights: an exported folder or a .ckpt (its settings and "
+            "vocabulary; a new optimiser at step 0). --ckpt_path resumes a run instead",
+        )
         parser.link_arguments("data.vocabulary_tokens", "model.vocabulary", apply_on="instantiate")
         self.link_data_and_model(parser)
 
@@ -113,17 +125,23 @@ class AttendCLI(LightningCLI):
             if found is None and self.config.subcommand == "fit" and ckpt_path == "last":
                 rank_zero_info(f"--ckpt_path last: no run under {root} has a last.ckpt yet; starting a new run")
             elif found is None:
-                raise CheckpointError(f"--ckpt_path {ckpt_path}: no run under {root} has a {ckpt_path}.ckpt (runs are {root}/version_N)")
+                raise CheckpointError(
+                    f"--ckpt_path {ckpt_path}: no run under {root} has a {ckpt_path}.ckpt (runs are {root}/version_N)"
+                )
             else:
                 rank_zero_info(f"--ckpt_path {ckpt_path}: {found}")
             config.ckpt_path = ckpt_path = None if found is None else str(found)
         if ckpt_path:
             if not Path(ckpt_path).is_file():
-                raise CheckpointError(f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit, or last or best)")
+                raise CheckpointError(
+                    f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit, or last or best)"
+                )
             safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
         init_from = config.get("init_from") if config is not None else None
         if ckpt_path and init_from:
-            raise ValueError("--ckpt_path resumes a run and --init_from starts a new one from a model's weights; give one of them")
+            raise ValueError(
+                "--ckpt_path resumes a run and --init_from starts a new one from a model's weights; give one of them"
+            )
         given = {key: config.model[key] for key in self._model_options if (ckpt_path or init_from) and key in config.model}
         if init_from:
             self._init_files = load_model_files(init_from, self.model_class.app)  # one line naming a missing or foreign file
@@ -167,7 +185,7 @@ class AttendCLI(LightningCLI):
 def _model_options(args: list[str]) -> list[str]:
     """The model settings named on the command line: ``--model.features.freq_masks 2`` -> ``features.freq_masks``."""
     prefix = "--model."
-    return [token[len(prefix):].split("=", 1)[0] for token in args if token.startswith(prefix) and len(token) > len(prefix)]
+    return [token[len(prefix) :].split("=", 1)[0] for token in args if token.startswith(prefix) and len(token) > len(prefix)]
 
 
 def run_lightning(cli_class: type[AttendCLI], model_class: type, datamodule_class: type, args: list[str], **kwargs: Any) -> None:

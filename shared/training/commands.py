@@ -66,7 +66,13 @@ def expand_folders(paths: Sequence[str], suffixes: Sequence[str], kind: str) -> 
 def _check_config_files(args: list[str]) -> None:
     """A ``--config`` file that is not there is one line here, not jsonargparse's page of usage."""
     for i, arg in enumerate(args):
-        path = args[i + 1] if arg == "--config" and i + 1 < len(args) else arg.removeprefix("--config=") if arg.startswith("--config=") else None
+        path = (
+            args[i + 1]
+            if arg == "--config" and i + 1 < len(args)
+            else arg.removeprefix("--config=")
+            if arg.startswith("--config=")
+            else None
+        )
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"{path}: config file not found (--config expects a YAML file such as those in configs/)")
 

@@ -32,7 +32,9 @@ def check_device(device: str | torch.device) -> torch.device:
             raise ValueError(f"--device {device}: this machine has no CUDA GPU (PyTorch sees none); expected cpu")
         if found.index is not None and found.index >= count:
             names = ", ".join(f"cuda:{i}" for i in range(count))
-            raise ValueError(f"--device {device}: this machine has {count} CUDA GPU{'s' if count > 1 else ''}; expected cpu or one of {names}")
+            raise ValueError(
+                f"--device {device}: this machine has {count} CUDA GPU{'s' if count > 1 else ''}; expected cpu or one of {names}"
+            )
     elif found.type == "mps":
         if not torch.backends.mps.is_available():
             raise ValueError(f"--device {device}: this machine has no MPS device; expected cpu")

@@ -74,8 +74,15 @@ class CheckpointError(ValueError):
 # What torch.save writes: a zip archive, or (legacy format) a pickle starting with its PROTO opcode.
 _CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
 # Files people pass as --ckpt by mistake, named in the error instead of an unpickler's complaint.
-_KNOWN_STARTS = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"RIFF": "a RIFF (WAV) file",
-                 b"fLaC": "a FLAC file", b"OggS": "an Ogg file", b"ID3": "an MP3 file", b"{": "JSON text"}
+_KNOWN_STARTS = {
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"RIFF": "a RIFF (WAV) file",
+    b"fLaC": "a FLAC file",
+    b"OggS": "an Ogg file",
+    b"ID3": "an MP3 file",
+    b"{": "JSON text",
+}
 
 
 def _not_a_checkpoint(path: Path) -> str | None:
@@ -135,7 +142,9 @@ def check_app_tag(tagged: dict, app: str, where: str | Path) -> None:
     tag = tagged.get(_TAG_KEY, tagged)
     found_format, found_app = tag.get("format"), tag.get("app")
     if found_format != FORMAT or found_app not in _APP_NAMES:
-        raise CheckpointError(f"{where}: not an attend model (no '{FORMAT}' format tag); expected a file written by {app} fit or export")
+        raise CheckpointError(
+            f"{where}: not an attend model (no '{FORMAT}' format tag); expected a file written by {app} fit or export"
+        )
     if found_app != app:
         verb = "caption" if app == "show-attend" else "transcribe"
         raise CheckpointError(f"{where}: {_APP_NAMES[found_app]}; {verb} needs a {app} model")
@@ -151,8 +160,12 @@ class ModelFiles(NamedTuple):
 
 
 def export_folder(
-    out_dir: str | Path, app: str, state_dict: dict[str, torch.Tensor], hyper_parameters: dict[str, Any],
-    omitted: dict[str, Any] | None = None, files: tuple[str, str] = (WEIGHTS_FILE, CONFIG_FILE),
+    out_dir: str | Path,
+    app: str,
+    state_dict: dict[str, torch.Tensor],
+    hyper_parameters: dict[str, Any],
+    omitted: dict[str, Any] | None = None,
+    files: tuple[str, str] = (WEIGHTS_FILE, CONFIG_FILE),
 ) -> Path:
     """Write ``model.safetensors`` and ``config.json`` (format tag, app, hyper-parameters, and
     the record of left-out weights) into ``out_dir`` (created if needed). ``files`` names the
@@ -216,5 +229,5 @@ def load_model_files(path: str | Path, app: str, files: tuple[str, str] = (WEIGH
     if "state_dict" not in checkpoint:
         raise CheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict')")
     prefix = "model."
-    state_dict = {key[len(prefix):]: value for key, value in checkpoint["state_dict"].items() if key.startswith(prefix)}
+    state_dict = {key[len(prefix) :]: value for key, value in checkpoint["state_dict"].items() if key.startswith(prefix)}
     return ModelFiles(state_dict, dict(checkpoint.get("hyper_parameters") or {}), checkpoint.get(OMITTED_KEY))

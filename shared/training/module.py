@@ -170,7 +170,8 @@ class AttendModule(pl.LightningModule):
             CheckpointError: the weights do not fit this model (``where`` names the file).
         """
         checkpoint: dict[str, Any] = {
-            **model_tag(self.app), "hyper_parameters": files.hyper_parameters,
+            **model_tag(self.app),
+            "hyper_parameters": files.hyper_parameters,
             "state_dict": {f"model.{key}": value for key, value in files.state_dict.items()},
         }
         if files.omitted:
@@ -178,7 +179,7 @@ class AttendModule(pl.LightningModule):
         self.on_load_checkpoint(checkpoint)
         prefix = "model."
         try:  # into the model: the module's own training state (a REINFORCE baseline) starts anew too
-            self.model.load_state_dict({key[len(prefix):]: value for key, value in checkpoint["state_dict"].items()})
+            self.model.load_state_dict({key[len(prefix) :]: value for key, value in checkpoint["state_dict"].items()})
         except RuntimeError as err:  # torch lists every key; its first lines say which and why
             raise CheckpointError(f"{where}: its weights do not fit the model ({' '.join(str(err).split())[:200]})") from None
 

@@ -120,9 +120,7 @@ class Scene:
 
 def _check_layout(image_size: int, max_objects: int) -> None:
     if image_size < _MIN_IMAGE_SIZE:
-        raise ValueError(
-            f"image_size must be at least {_MIN_IMAGE_SIZE} pixels, got {image_size}."
-        )
+        raise ValueError(f"image_size must be at least {_MIN_IMAGE_SIZE} pixels, got {image_size}.")
     if not 1 <= max_objects <= _GRID * _GRID:
         raise ValueError(
             f"max_objects must be between 1 and {_GRID * _GRID} (one object per cell of the "
@@ -155,11 +153,7 @@ def _background(rng: np.random.Generator, image_size: int) -> np.ndarray:
     PNG compresses badly: the files would be several times larger and slower to write.
     """
     level = rng.uniform(60.0, 100.0)
-    grey = (
-        level
-        + _smooth_noise(rng, 4, 10.0, image_size)
-        + _smooth_noise(rng, 16, 5.0, image_size)
-    )
+    grey = level + _smooth_noise(rng, 4, 10.0, image_size) + _smooth_noise(rng, 16, 5.0, image_size)
     grey = np.clip(np.rint(grey), 45, 115).astype(np.uint8)  # (S, S)
     return np.repeat(grey[..., None], 3, axis=2)  # (S, S, 3)
 
@@ -181,9 +175,7 @@ def _draw(draw: ImageDraw.ImageDraw, obj: ShapeObject) -> None:
         raise ValueError(f"unknown shape {obj.shape!r}; expected one of {SHAPES}.")
 
 
-def _place(
-    rng: np.random.Generator, cell: int, side: int, edges: list[int], cell_size: float
-) -> tuple[int, int, int, int]:
+def _place(rng: np.random.Generator, cell: int, side: int, edges: list[int], cell_size: float) -> tuple[int, int, int, int]:
     """A box of ``side`` pixels inside grid cell ``cell``, keeping the margin."""
     row, col = divmod(cell, _GRID)
     margin = max(1, round(_MARGIN * cell_size))
@@ -202,9 +194,7 @@ def _object_phrase(obj: ShapeObject, sizes: bool = True) -> list[str]:
     return ["an" if words[0][0] in "aeiou" else "a"] + words
 
 
-def _captions(
-    objects: list[ShapeObject], image_size: int
-) -> tuple[list[list[str]], list[list[int]]]:
+def _captions(objects: list[ShapeObject], image_size: int) -> tuple[list[list[str]], list[list[int]]]:
     """The canonical caption, its four paraphrases, and the word indices of each object."""
     rows = [_row(obj.box, image_size) for obj in objects]
     same_row = [rows[k] == rows[k + 1] for k in range(len(objects) - 1)]
@@ -238,9 +228,7 @@ def _captions(
     return [canonical, there_is, no_sizes, reverse, listing], words
 
 
-def generate_scene(
-    rng: np.random.Generator | int, image_size: int = 128, max_objects: int = 4
-) -> Scene:
+def generate_scene(rng: np.random.Generator | int, image_size: int = 128, max_objects: int = 4) -> Scene:
     """Draw one random scene of 1 to ``max_objects`` shapes with its captions.
 
     Args:
@@ -310,16 +298,8 @@ def parse_caption(tokens: Sequence[str]) -> tuple[list[tuple[str, str, str]], li
     objects, relations, i = [], [], 0
     while True:
         phrase = tokens[i : i + 4]
-        if (
-            len(phrase) != 4
-            or phrase[0] != "a"
-            or phrase[1] not in SIZES
-            or phrase[2] not in COLOURS
-            or phrase[3] not in SHAPES
-        ):
-            raise ValueError(
-                f"expected 'a <size> <colour> <shape>' at token {i} of {' '.join(tokens)!r}."
-            )
+        if len(phrase) != 4 or phrase[0] != "a" or phrase[1] not in SIZES or phrase[2] not in COLOURS or phrase[3] not in SHAPES:
+            raise ValueError(f"expected 'a <size> <colour> <shape>' at token {i} of {' '.join(tokens)!r}.")
         objects.append((phrase[1], phrase[2], phrase[3]))
         i += 4
         if i == len(tokens):
@@ -331,9 +311,7 @@ def parse_caption(tokens: Sequence[str]) -> tuple[list[tuple[str, str, str]], li
             relations.append("above")
             i += 1
         else:
-            raise ValueError(
-                f"expected 'left of' or 'above' at token {i} of {' '.join(tokens)!r}."
-            )
+            raise ValueError(f"expected 'left of' or 'above' at token {i} of {' '.join(tokens)!r}.")
 
 
 def _raw(tokens: list[str]) -> str:
@@ -400,9 +378,7 @@ def prepare_shapes(
                 scene.image.save(image_dir / filename, compress_level=3)
                 sentences = []
                 for tokens in scene.captions:
-                    sentences.append(
-                        {"tokens": tokens, "raw": _raw(tokens), "imgid": imgid, "sentid": sentid}
-                    )
+                    sentences.append({"tokens": tokens, "raw": _raw(tokens), "imgid": imgid, "sentid": sentid})
                     sentid += 1
                 images.append(
                     {

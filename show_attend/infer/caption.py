@@ -37,8 +37,17 @@ from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.model.encoder import restore_omitted_weights
 
 __all__ = [
-    "Captioning", "Beam", "CaptionResult", "load_captioner", "caption_files", "caption_images", "save_overlay", "export_model",
-    "APP", "SHIPPED_MODEL", "shipped_model",
+    "Captioning",
+    "Beam",
+    "CaptionResult",
+    "load_captioner",
+    "caption_files",
+    "caption_images",
+    "save_overlay",
+    "export_model",
+    "APP",
+    "SHIPPED_MODEL",
+    "shipped_model",
 ]
 
 APP = "show-attend"
@@ -100,8 +109,15 @@ class CaptionResult:
         """What ``caption --json`` prints for the image: ``image``, ``caption``, ``text`` (the same
         caption, under the key ``transcribe --json`` gives the transcript), ``tokens``, ``score``,
         ``beams`` (``text``, ``tokens``, ``score`` each, best first) and ``overlay`` (its PNG or null)."""
-        return {"image": str(self.image), "caption": self.caption, "text": self.caption, "tokens": self.tokens,
-                "score": _finite(self.score), "beams": [beam.to_json() for beam in self.beams], "overlay": overlay}
+        return {
+            "image": str(self.image),
+            "caption": self.caption,
+            "text": self.caption,
+            "tokens": self.tokens,
+            "score": _finite(self.score),
+            "beams": [beam.to_json() for beam in self.beams],
+            "overlay": overlay,
+        }
 
 
 def _finite(score: float) -> float | None:
@@ -153,7 +169,9 @@ def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder
     try:
         model.load_state_dict(state_dict)
     except RuntimeError as err:
-        raise CheckpointError(f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})") from None
+        raise CheckpointError(
+            f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})"
+        ) from None
     return model.to(device).eval()
 
 
@@ -240,8 +258,13 @@ class Captioning:
 
     @classmethod
     def load(
-        cls, path: str | Path | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
-        max_length: int | None = None, batch_size: int = 16, encoder_weights: str | None = None,
+        cls,
+        path: str | Path | None = None,
+        device: str | torch.device = "cpu",
+        beam_size: int | None = None,
+        max_length: int | None = None,
+        batch_size: int = 16,
+        encoder_weights: str | None = None,
     ) -> Captioning:
         """Load a model from a ``.ckpt`` file or an exported folder (``None``: the shipped one, if any).
 

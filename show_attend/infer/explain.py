@@ -59,7 +59,9 @@ class ImageExplanation:
     outputs = property(lambda self: self.words)
 
     def to_json(self) -> list[dict]:
-        return [{"image": str(self.image), "position": t, "word": w.word, **w.comparison.to_json()} for t, w in enumerate(self.words)]
+        return [
+            {"image": str(self.image), "position": t, "word": w.word, **w.comparison.to_json()} for t, w in enumerate(self.words)
+        ]
 
 
 @torch.no_grad()
@@ -123,7 +125,9 @@ def _pixel_drops(model: Captioner, image: torch.Tensor, tokens: Sequence[int]) -
 
 
 @torch.no_grad()
-def explain_image(model: Captioner, image: torch.Tensor, path: Path, beam_size: int | None = None, pixels: bool = False) -> ImageExplanation:
+def explain_image(
+    model: Captioner, image: torch.Tensor, path: Path, beam_size: int | None = None, pixels: bool = False
+) -> ImageExplanation:
     """Caption one normalised image `(3, S, S)` and explain each word (module docstring)."""
     features = model.encode(image[None])  # (1, L, D)
     tokens = model.generate(features, beam_size)[0].tokens

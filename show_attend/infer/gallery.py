@@ -122,7 +122,9 @@ def write_gallery(results: Sequence[CaptionResult], folder: str | Path, title: s
     for index, result in enumerate(results):
         beams = [Beam(result.tokens, result.attention, result.score), *result.others]
         figures.append(_figure(index, result.image, beams))
-        items.append({"grid": list(result.attention.shape[1:]), "beams": [[_levels(grid) for grid in beam.attention] for beam in beams]})
+        items.append(
+            {"grid": list(result.attention.shape[1:]), "beams": [[_levels(grid) for grid in beam.attention] for beam in beams]}
+        )
     data = json.dumps(items, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the script
     count = f"{len(results)} image{'s' if len(results) != 1 else ''}"
     page = f"""<!doctype html>
@@ -162,9 +164,15 @@ def _figure(index: int, image_path: Path, beams: list[Beam]) -> str:
     source = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
     lines = []
     for b, beam in enumerate(beams):
-        words = " ".join(f'<button class="word" data-beam="{b}" data-word="{t}">{html.escape(token)}</button>'
-                         for t, token in enumerate(beam.tokens))
-        score = "" if math.isnan(beam.score) else f'<span class="score" title="length-normalised log-probability">{beam.score:.2f}</span>'
+        words = " ".join(
+            f'<button class="word" data-beam="{b}" data-word="{t}">{html.escape(token)}</button>'
+            for t, token in enumerate(beam.tokens)
+        )
+        score = (
+            ""
+            if math.isnan(beam.score)
+            else f'<span class="score" title="length-normalised log-probability">{beam.score:.2f}</span>'
+        )
         lines.append(f"<li>{words or '<i>(no words)</i>'}{score}</li>")
     name = html.escape(str(image_path))
     return f"""<figure data-item="{index}">

@@ -35,7 +35,9 @@ class CaptionerConfig:
     beam_size: int = 5  # beams when writing a caption
     max_decode_length: int = 50  # most words of a written caption
     length_penalty: float = 0.0  # alpha of the beam search's length normalisation
-    max_repeats: int | None = 4  # a caption with one word this many times in a row can only end (twice what captions repeat); None = off
+    max_repeats: int | None = (
+        4  # a caption with one word this many times in a row can only end (twice what captions repeat); None = off
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "encoder", as_dataclass(EncoderConfig, self.encoder))  # a saved dict becomes its config
@@ -130,7 +132,11 @@ class Captioner(nn.Module):
 
     @torch.no_grad()
     def generate_nbest(
-        self, features: torch.Tensor, nbest: int, beam_size: int | None = None, max_length: int | None = None,
+        self,
+        features: torch.Tensor,
+        nbest: int,
+        beam_size: int | None = None,
+        max_length: int | None = None,
     ) -> list[list[Hypothesis]]:
         """The ``nbest`` best captions of each image from one batched beam search, best first
         (the first is :meth:`generate`'s).
@@ -150,7 +156,17 @@ class Captioner(nn.Module):
         memory, state = self.decoder.start(features)  # one memory row serves the K beams of an image
         vocabulary = self.vocabulary
         return beam_search(
-            self.decoder.step, state, features.size(0), beam_size, vocabulary.sos_id, vocabulary.eos_id,
-            max_length + 1, length_penalty=self.config.length_penalty, nbest=nbest, memory=memory, must_end=True,
-            max_repeats=self.config.max_repeats, never=vocabulary.never_written,
+            self.decoder.step,
+            state,
+            features.size(0),
+            beam_size,
+            vocabulary.sos_id,
+            vocabulary.eos_id,
+            max_length + 1,
+            length_penalty=self.config.length_penalty,
+            nbest=nbest,
+            memory=memory,
+            must_end=True,
+            max_repeats=self.config.max_repeats,
+            never=vocabulary.never_written,
         )  # max_length words, then a step that can only end the caption

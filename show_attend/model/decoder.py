@@ -244,7 +244,11 @@ class Decoder(nn.Module):
         outputs = self._recurrence(order.sort(features), order.sort(embedded), order.live, sample)
         h, context, alpha, log_prob = (order.gather(list(column)) for column in zip(*outputs))  # each (N, ...)
         return _Steps(
-            order, embedded=embedded[order.rows, order.steps], h=h, context=context, alphas=order.to_grid(alpha.to(features.dtype)),
+            order,
+            embedded=embedded[order.rows, order.steps],
+            h=h,
+            context=context,
+            alphas=order.to_grid(alpha.to(features.dtype)),
             sample_log_probs=None if log_prob is None else order.to_grid(log_prob.to(features.dtype)),
         )
 

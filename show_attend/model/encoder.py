@@ -129,8 +129,11 @@ def _put_weights(module: nn.Module, state: Mapping[str, torch.Tensor], config: E
     missing, foreign = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
     misshapen = sorted(k for k in own.keys() & state.keys() if tuple(own[k].shape) != tuple(state[k].shape))
     if missing or foreign or misshapen:
-        problems = [f"{len(names)} tensors {what} (e.g. {names[0]})" for names, what in
-                    ((missing, "missing"), (foreign, "not its own"), (misshapen, "of another shape")) if names]
+        problems = [
+            f"{len(names)} tensors {what} (e.g. {names[0]})"
+            for names, what in ((missing, "missing"), (foreign, "not its own"), (misshapen, "of another shape"))
+            if names
+        ]
         raise EncoderWeightsError(f"{source}: not {config.backbone}'s weights: {', '.join(problems)}")
     module.load_state_dict(state, assign=True)
     module.float()
@@ -158,7 +161,9 @@ def _torchvision_blocks(config: EncoderConfig) -> tuple[list[nn.Module], int]:
     if load:
         state = _imagenet_state_dict(config)
         prefix = "features." if any(k.startswith("features.") for k in state) else ""
-        _put_weights(features, {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix) and "classifier" not in k}, config)
+        _put_weights(
+            features, {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix) and "classifier" not in k}, config
+        )
     layers = list(features)[:-1]  # conv5_4 (conv5_3 for VGG-16) before the last max-pool, as in the paper
     cuts = [i + 1 for i, layer in enumerate(layers) if isinstance(layer, nn.MaxPool2d)] + [len(layers)]
     blocks = [nn.Sequential(*layers[a:b]) for a, b in zip([0, *cuts[:-1]], cuts)]
@@ -177,7 +182,9 @@ class Encoder(nn.Module):
         if config.backbone not in BACKBONES:
             raise ValueError(f"unknown encoder backbone {config.backbone!r}; expected one of {', '.join(BACKBONES)}")
         if config.grid_size < 1 or config.fine_tune_blocks < 0:
-            raise ValueError(f"grid_size must be >= 1 and fine_tune_blocks >= 0, got {config.grid_size} and {config.fine_tune_blocks}")
+            raise ValueError(
+                f"grid_size must be >= 1 and fine_tune_blocks >= 0, got {config.grid_size} and {config.fine_tune_blocks}"
+            )
         self.config = config
         if config.backbone == "small":
             if config.small_channels < 8 or config.small_channels % 4:

@@ -23,7 +23,9 @@ class EncoderToFeatureCache(pl.Callback):
         datamodule = trainer.datamodule
         if isinstance(datamodule, CaptionDataModule) and datamodule.feature_cache:
             if not pl_module.model.encoder.frozen:
-                raise DataError("data.feature_cache needs a frozen encoder (model.encoder.fine_tune_blocks: 0, not the small CNN)")
+                raise DataError(
+                    "data.feature_cache needs a frozen encoder (model.encoder.fine_tune_blocks: 0, not the small CNN)"
+                )
             datamodule.use_encoder(pl_module.model.encoder)
 
 

@@ -114,9 +114,15 @@ class CaptionDataModule(pl.LightningDataModule):
         train = name == "train"
         transform = image_transform(self.image_size, augment=train and self.augment)
         cached = self._cached_split(name, records) if self.feature_cache else None
-        dataset = CaptionDataset(records, self.vocabulary, transform, train, self.max_caption_length,
-                                 None if cached is None else cached.features,
-                                 keep_images=self.keep_images and cached is None and not transform.random)
+        dataset = CaptionDataset(
+            records,
+            self.vocabulary,
+            transform,
+            train,
+            self.max_caption_length,
+            None if cached is None else cached.features,
+            keep_images=self.keep_images and cached is None and not transform.random,
+        )
         dataset.unreadable = {} if cached is None else cached.unreadable
         return dataset
 
@@ -128,7 +134,11 @@ class CaptionDataModule(pl.LightningDataModule):
         if self._encoder is None:
             raise DataError("data.feature_cache needs the model's encoder; it is handed over by the show-attend command line")
         encoder = self._encoder
-        key = {"encoder": fingerprint(encoder.state_dict()), "image_size": self.image_size, "json_file": str(self.source.resolve())}
+        key = {
+            "encoder": fingerprint(encoder.state_dict()),
+            "image_size": self.image_size,
+            "json_file": str(self.source.resolve()),
+        }
         cache = FeatureCache(self.feature_cache, key)
         trainer = self.trainer
         if trainer is None or trainer.is_global_zero:

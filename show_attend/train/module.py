@@ -128,7 +128,9 @@ class CaptionerModule(AttendModule):
         """Annotation vectors `(B, L, D)`: cached features, or the encoder run on the images."""
         return batch["features"] if "features" in batch else self.model.encode(batch["images"])
 
-    def loss(self, batch: dict, sample: bool = False, features: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, batch: dict, sample: bool = False, features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training objective of a batch, and the terms to log.
 
         Args:
@@ -150,7 +152,12 @@ class CaptionerModule(AttendModule):
             task = nll.mean()
         loss = task + self.hparams.doubly_stochastic * penalty.mean()
         item_loss = (nll + self.hparams.doubly_stochastic * penalty).detach()  # (B,): the loss of each caption
-        return loss, {"loss": loss, "token_nll": nll.sum() / lengths.sum(), "attention_penalty": penalty.mean(), "item_loss": item_loss}
+        return loss, {
+            "loss": loss,
+            "token_nll": nll.sum() / lengths.sum(),
+            "attention_penalty": penalty.mean(),
+            "item_loss": item_loss,
+        }
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         if not batch["batch_size"]:  # every image of the batch was unreadable (logged by SkipBadSamples)
@@ -186,17 +193,20 @@ class CaptionerModule(AttendModule):
         item_losses = logs["item_loss"].tolist()
         for i, hyp in enumerate(self.model.generate(features)):  # the metrics see decoded captions only
             tokens = self.model.vocabulary.decode(hyp.tokens)
-            records.append({
-                "key": batch["keys"][i],
-                "loss": item_losses[i],
-                "caption": " ".join(tokens),
-                "tokens": tokens,
-                "references": batch["references"][i],
-                "objects": batch["objects"][i],
-                "size": batch["sizes"][i],
-                "attention": None if self.model.decoder.config.attention == "none" or hyp.attention is None
-                else hyp.attention.view(-1, *self.model.grid).cpu(),  # no pointing for the fixed-vector decoder
-            })
+            records.append(
+                {
+                    "key": batch["keys"][i],
+                    "loss": item_losses[i],
+                    "caption": " ".join(tokens),
+                    "tokens": tokens,
+                    "references": batch["references"][i],
+                    "objects": batch["objects"][i],
+                    "size": batch["sizes"][i],
+                    "attention": None
+                    if self.model.decoder.config.attention == "none" or hyp.attention is None
+                    else hyp.attention.view(-1, *self.model.grid).cpu(),  # no pointing for the fixed-vector decoder
+                }
+            )
         self.add_evaluation(stage, records, loss)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:

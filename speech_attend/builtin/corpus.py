@@ -124,7 +124,7 @@ def _trim_silence(wave: np.ndarray, sample_rate: int) -> np.ndarray:
     if loud.size == 0:
         return wave
     keep = int(_MAX_EDGE_SILENCE_S * sample_rate)
-    return wave[max(0, loud[0] - keep): loud[-1] + 1 + keep]
+    return wave[max(0, loud[0] - keep) : loud[-1] + 1 + keep]
 
 
 def _to_corpus_rate(wave: torch.Tensor, rate: int) -> torch.Tensor:
@@ -169,7 +169,8 @@ def speak(
         torch.Tensor: float32 waveform with shape `(T,)`.
     """
     pcm = (synthesize_isolated if isolated else synthesize)(
-        text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap)
+        text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap
+    )
     wave = torch.from_numpy(pcm.astype(np.float32) / 32768.0)  # (T22,)
     if sample_rate != ESPEAK_SAMPLE_RATE:
         with torch.no_grad():
@@ -180,8 +181,9 @@ def speak(
     return torch.from_numpy(_trim_silence(wave.numpy(), sample_rate).copy())
 
 
-def _speak_piper(engine: PiperEngine, text: str, speaker: Speaker, length_scale: float, noise_scale: float,
-                 noise_w_scale: float, peak: float) -> np.ndarray:
+def _speak_piper(
+    engine: PiperEngine, text: str, speaker: Speaker, length_scale: float, noise_scale: float, noise_w_scale: float, peak: float
+) -> np.ndarray:
     """piper's speech at the corpus rate, shifted to ``speaker``, trimmed, scaled to ``peak``."""
     wave = torch.from_numpy(engine.synthesize(text, length_scale, noise_scale, noise_w_scale))  # (T22,)
     wave = _to_corpus_rate(wave, engine.sample_rate)  # (T,)
@@ -232,7 +234,9 @@ def _speak_espeak(job: _Job, isolated: bool) -> np.ndarray:
     if not isolated:
         return speak(job.text, voice, rate, pitch, volume, espeak_seed, pitch_range=pitch_range, word_gap=word_gap).numpy()
     try:
-        return speak(job.text, voice, rate, pitch, volume, espeak_seed, pitch_range=pitch_range, word_gap=word_gap, isolated=True).numpy()
+        return speak(
+            job.text, voice, rate, pitch, volume, espeak_seed, pitch_range=pitch_range, word_gap=word_gap, isolated=True
+        ).numpy()
     except EspeakCrash as crash:
         print(f"note: {crash}; {Path(job.path).name} is spoken with the voice's own pitch range and no word gap", file=sys.stderr)
         return speak(job.text, voice, rate, pitch, volume, espeak_seed, isolated=True).numpy()
@@ -269,7 +273,9 @@ def _sentence_pools(text: str, seed: int) -> dict[str, list[str]] | None:
     return pools
 
 
-def _plan(out: Path, counts: dict[str, int], seed: int, text: str, engines: Sequence[str]) -> tuple[list[_Job], dict[Path, list[str]]]:
+def _plan(
+    out: Path, counts: dict[str, int], seed: int, text: str, engines: Sequence[str]
+) -> tuple[list[_Job], dict[Path, list[str]]]:
     by_split: dict[str, dict[str, list[Speaker]]] = {e: {s: [] for s in SPLITS} for e in engines}
     for speaker in corpus_speakers(text, engines):
         by_split[speaker.engine][speaker.split].append(speaker)
@@ -394,10 +400,13 @@ def prepare_synth(
     kept = min(train, _reusable_train(marker, settings)) // _BLOCK * _BLOCK  # whole blocks: piper seeds per block
     out.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({**settings, "unfinished": True, "reusable_train": kept}, indent=1) + "\n")
-    speakers_file.write_text(json.dumps(
-        {s.speaker_id: {k: v for k, v in asdict(s).items() if k != "speaker_id"} for s in corpus_speakers(text, engines)},
-        indent=1,
-    ) + "\n")
+    speakers_file.write_text(
+        json.dumps(
+            {s.speaker_id: {k: v for k, v in asdict(s).items() if k != "speaker_id"} for s in corpus_speakers(text, engines)},
+            indent=1,
+        )
+        + "\n"
+    )
 
     jobs, transcripts = _plan(out, counts, seed, text, engines)
     keep = {job.path for job in jobs[:kept]}
@@ -413,8 +422,11 @@ def prepare_synth(
         transcript.write_text("\n".join(lines) + "\n")
 
     # a block is spoken unless every utterance of it is kept and on disk
-    tasks = [(seed, i // _BLOCK, jobs[i: i + _BLOCK]) for i in range(0, len(jobs), _BLOCK)
-             if not all(job.path in keep and os.path.isfile(job.path) for job in jobs[i: i + _BLOCK])]
+    tasks = [
+        (seed, i // _BLOCK, jobs[i : i + _BLOCK])
+        for i in range(0, len(jobs), _BLOCK)
+        if not all(job.path in keep and os.path.isfile(job.path) for job in jobs[i : i + _BLOCK])
+    ]
     jobs = [job for task in tasks for job in task[2]]
     workers = _default_workers() if workers is None else max(1, workers)
     bar = tqdm(total=len(jobs), desc=f"synth {out.name}", unit="utt", disable=not progress)

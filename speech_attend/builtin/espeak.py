@@ -43,7 +43,17 @@ from typing import NamedTuple
 import espeakng_loader
 import numpy as np
 
-__all__ = ["EspeakError", "EspeakCrash", "WordEvent", "synthesize", "synthesize_isolated", "synthesize_with_words", "english_voices", "voice_variants", "ESPEAK_SAMPLE_RATE"]
+__all__ = [
+    "EspeakError",
+    "EspeakCrash",
+    "WordEvent",
+    "synthesize",
+    "synthesize_isolated",
+    "synthesize_with_words",
+    "english_voices",
+    "voice_variants",
+    "ESPEAK_SAMPLE_RATE",
+]
 
 ESPEAK_SAMPLE_RATE = 22050  # what espeak_Initialize returns for every non-MBROLA voice
 
@@ -56,9 +66,7 @@ _PARAM_RATE, _PARAM_VOLUME, _PARAM_PITCH, _PARAM_RANGE, _PARAM_WORDGAP = 1, 2, 3
 _EE_OK = 0
 
 # int (*t_espeak_callback)(short *wav, int numsamples, espeak_EVENT *events): return 0 to go on.
-_SynthCallback = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
-)
+_SynthCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
 _EVENT_LIST_TERMINATED, _EVENT_WORD = 0, 1  # espeak_EVENT_TYPE
 
 
@@ -70,9 +78,14 @@ class _Event(ctypes.Structure):
     """``espeak_EVENT`` of speak_lib.h; ``sample`` is the event's sample index in the output."""
 
     _fields_ = [
-        ("type", ctypes.c_int), ("unique_identifier", ctypes.c_uint), ("text_position", ctypes.c_int),
-        ("length", ctypes.c_int), ("audio_position", ctypes.c_int), ("sample", ctypes.c_int),
-        ("user_data", ctypes.c_void_p), ("id", _EventId),
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", _EventId),
     ]
 
 
@@ -136,8 +149,14 @@ class _Engine:
         lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
         lib.espeak_SetParameter.restype = ctypes.c_int
         lib.espeak_Synth.argtypes = [
-            ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
-            ctypes.c_uint, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.POINTER(ctypes.c_uint),
+            ctypes.c_void_p,
         ]
         lib.espeak_Synth.restype = ctypes.c_int
         lib.espeak_Synchronize.argtypes = []
@@ -152,8 +171,7 @@ class _Engine:
         if rate != ESPEAK_SAMPLE_RATE:
             _ctypes.dlclose(lib._handle)
             raise EspeakError(
-                f"espeak_Initialize returned {rate}; expected sample rate {ESPEAK_SAMPLE_RATE} "
-                f"(data folder {data_path.decode()})"
+                f"espeak_Initialize returned {rate}; expected sample rate {ESPEAK_SAMPLE_RATE} (data folder {data_path.decode()})"
             )
         lib.espeak_SetSynthCallback(self.callback)
         self.lib = lib
@@ -179,9 +197,7 @@ def english_voices() -> list[str]:
         list of str: sorted voice ids.
     """
     lang = Path(espeakng_loader.get_data_path()) / "lang"
-    voices = {
-        path.relative_to(lang).as_posix() for path in lang.glob("*/en*") if path.is_file()
-    }
+    voices = {path.relative_to(lang).as_posix() for path in lang.glob("*/en*") if path.is_file()}
     return sorted(voices - _SAME_AS_ANOTHER_VOICE)
 
 

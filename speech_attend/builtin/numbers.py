@@ -31,8 +31,13 @@ _ONES = (
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
 _ORDINAL_WORDS = {
-    "one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
-    "nine": "ninth", "twelve": "twelfth",
+    "one": "first",
+    "two": "second",
+    "three": "third",
+    "five": "fifth",
+    "eight": "eighth",
+    "nine": "ninth",
+    "twelve": "twelfth",
 }
 _MAX = 10**15  # larger numbers are left as digits (and their sentences dropped by the caller)
 
@@ -141,10 +146,11 @@ def _plain(match: re.Match) -> str:
 _WHOLE = r"\d{1,3}(?:,\d{3})+(?!\d)|\d+"
 _RULES = (
     (re.compile(rf"\$(?P<whole>{_WHOLE})(?:\.(?P<cents>\d\d))?(?!\d)"), _money),
-    (re.compile(rf"(?P<whole>{_WHOLE})(?:\.(?P<fraction>\d+))?\s?%"),
-     lambda m: f" {_decimal(m) if m['fraction'] else spell_number(_whole(m['whole']))} percent "),
-    (re.compile(rf"(?P<whole>{_WHOLE})(?:st|nd|rd|th)\b", re.IGNORECASE),
-     lambda m: f" {spell_ordinal(_whole(m['whole']))} "),
+    (
+        re.compile(rf"(?P<whole>{_WHOLE})(?:\.(?P<fraction>\d+))?\s?%"),
+        lambda m: f" {_decimal(m) if m['fraction'] else spell_number(_whole(m['whole']))} percent ",
+    ),
+    (re.compile(rf"(?P<whole>{_WHOLE})(?:st|nd|rd|th)\b", re.IGNORECASE), lambda m: f" {spell_ordinal(_whole(m['whole']))} "),
     (re.compile(rf"(?P<whole>{_WHOLE})\.(?P<fraction>\d+)"), _decimal),
     (re.compile(_WHOLE), _plain),
 )

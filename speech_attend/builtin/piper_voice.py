@@ -83,7 +83,9 @@ class PiperEngine:
         self.voice = PiperVoice(session=session, config=PiperConfig.from_dict(config))
         self.sample_rate = self.voice.config.sample_rate
 
-    def synthesize(self, text: str, length_scale: float = 1.0, noise_scale: float = 0.667, noise_w_scale: float = 0.8) -> np.ndarray:
+    def synthesize(
+        self, text: str, length_scale: float = 1.0, noise_scale: float = 0.667, noise_w_scale: float = 0.8
+    ) -> np.ndarray:
         """Speak ``text``.
 
         Args:

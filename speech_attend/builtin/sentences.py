@@ -21,8 +21,7 @@ _DETERMINERS = "the a this that every my your his her our their each another no"
 _SUBJECT_PRONOUNS = "i you he she we they".split()
 _OBJECT_PRONOUNS = "me you him her us them it".split()
 _NAMES = (
-    "anna peter maria john david sarah james emma thomas lucy robert alice george helen "
-    "paul laura mark julia daniel sophie"
+    "anna peter maria john david sarah james emma thomas lucy robert alice george helen paul laura mark julia daniel sophie"
 ).split()
 
 # No nouns or adjectives that take "an" by sound but not by letter ("a unicorn", "an hour"):
@@ -105,8 +104,7 @@ _ADVERBS = (
     "twice once often finally politely bravely calmly eagerly proudly nervously patiently"
 ).split()
 _PREPOSITIONS = (
-    "in on under near behind beside above below across through along past toward around "
-    "over into from with without at by"
+    "in on under near behind beside above below across through along past toward around over into from with without at by"
 ).split()
 _CONJUNCTIONS = "and but while because when before after so".split()
 
@@ -114,8 +112,18 @@ _CONJUNCTIONS = "and but while because when before after so".split()
 def vocabulary() -> frozenset[str]:
     """Every word the generator can produce (including ``an``, which replaces ``a``)."""
     words = {"an", "never"}
-    for group in (_DETERMINERS, _SUBJECT_PRONOUNS, _OBJECT_PRONOUNS, _NAMES, _NOUNS,
-                  _ADJECTIVES, _MODALS, _ADVERBS, _PREPOSITIONS, _CONJUNCTIONS):
+    for group in (
+        _DETERMINERS,
+        _SUBJECT_PRONOUNS,
+        _OBJECT_PRONOUNS,
+        _NAMES,
+        _NOUNS,
+        _ADJECTIVES,
+        _MODALS,
+        _ADVERBS,
+        _PREPOSITIONS,
+        _CONJUNCTIONS,
+    ):
         words.update(group)
     for pairs in (_TRANSITIVE, _INTRANSITIVE):
         for base, past in pairs:
@@ -172,10 +180,7 @@ def _verb_phrase(rng: random.Random) -> list[str]:
 
 
 def _articles(words: list[str]) -> list[str]:
-    return [
-        "an" if w == "a" and i + 1 < len(words) and words[i + 1][0] in "aeiou" else w
-        for i, w in enumerate(words)
-    ]
+    return ["an" if w == "a" and i + 1 < len(words) and words[i + 1][0] in "aeiou" else w for i, w in enumerate(words)]
 
 
 def generate_sentence(rng: random.Random) -> str:

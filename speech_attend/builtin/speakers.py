@@ -55,9 +55,31 @@ ACCENTS = (
 )
 # "" is the accent's own voice. Left out of the light corpus: whisper and the novelty voices.
 VARIANTS = (
-    "", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5",
-    "klatt", "klatt2", "klatt3", "croak", "Andy", "Annie", "david", "edward", "linda",
-    "steph", "john", "robert",
+    "",
+    "m1",
+    "m2",
+    "m3",
+    "m4",
+    "m5",
+    "m6",
+    "m7",
+    "f1",
+    "f2",
+    "f3",
+    "f4",
+    "f5",
+    "klatt",
+    "klatt2",
+    "klatt3",
+    "croak",
+    "Andy",
+    "Annie",
+    "david",
+    "edward",
+    "linda",
+    "steph",
+    "john",
+    "robert",
 )
 _HOLDOUT_EVERY = 5  # hold out 1 eSpeak speaker in 5
 

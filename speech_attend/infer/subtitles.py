@@ -32,7 +32,9 @@ def parse_formats(value: str) -> list[str]:
     names = [name.strip().lower() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in (*FORMATS, "all")]
     if unknown or not names:
-        raise ValueError(f"--output-format {value!r}: unknown format; expected {', '.join(FORMATS)} or all (or several, comma-separated)")
+        raise ValueError(
+            f"--output-format {value!r}: unknown format; expected {', '.join(FORMATS)} or all (or several, comma-separated)"
+        )
     return list(FORMATS) if "all" in names else [f for f in FORMATS if f in names]
 
 

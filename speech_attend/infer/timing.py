@@ -35,8 +35,16 @@ import numpy as np
 import torch
 
 __all__ = [
-    "Word", "Segment", "ctc_forced_align", "token_slots", "attention_frames", "chunk_segment", "no_speech_segment",
-    "ctc_best_path_characters", "NO_SPEECH_CONFIDENCE", "NO_SPEECH_CTC_SHARE",
+    "Word",
+    "Segment",
+    "ctc_forced_align",
+    "token_slots",
+    "attention_frames",
+    "chunk_segment",
+    "no_speech_segment",
+    "ctc_best_path_characters",
+    "NO_SPEECH_CONFIDENCE",
+    "NO_SPEECH_CTC_SHARE",
 ]
 
 # Without a CTC head, a chunk whose characters average a log-probability under this is taken
@@ -70,9 +78,15 @@ class Word:
     ctc_confidence: float | None = None
 
     def to_json(self) -> dict:
-        return {"word": self.text, "start": _r(self.start), "end": _r(self.end), "confidence": _r(self.confidence),
-                "ctc_confidence": _r(self.ctc_confidence), "attention": [_r(t) for t in self.attention],
-                "ctc": None if self.ctc is None else [_r(t) for t in self.ctc]}
+        return {
+            "word": self.text,
+            "start": _r(self.start),
+            "end": _r(self.end),
+            "confidence": _r(self.confidence),
+            "ctc_confidence": _r(self.ctc_confidence),
+            "attention": [_r(t) for t in self.attention],
+            "ctc": None if self.ctc is None else [_r(t) for t in self.ctc],
+        }
 
 
 @dataclass
@@ -97,8 +111,15 @@ class Segment:
     no_speech: bool = False
 
     def to_json(self) -> dict:
-        return {"start": _r(self.start), "end": _r(self.end), "text": self.text, "no_speech": self.no_speech,
-                "confidence": _r(self.confidence), "ctc_confidence": _r(self.ctc_confidence), "words": [w.to_json() for w in self.words]}
+        return {
+            "start": _r(self.start),
+            "end": _r(self.end),
+            "text": self.text,
+            "no_speech": self.no_speech,
+            "confidence": _r(self.confidence),
+            "ctc_confidence": _r(self.ctc_confidence),
+            "words": [w.to_json() for w in self.words],
+        }
 
 
 def _r(value: float | None) -> float | None:
@@ -260,7 +281,9 @@ def chunk_segment(
     spans = _word_spans(labels)
     if attention is not None and attention.size(-1) > 1 and len(tokens):
         peaks = attention_frames(attention, frames)
-        attention_times = [(clip(start + peaks[a] * frame_seconds), clip(start + (peaks[b] + 1) * frame_seconds)) for a, b in spans]
+        attention_times = [
+            (clip(start + peaks[a] * frame_seconds), clip(start + (peaks[b] + 1) * frame_seconds)) for a, b in spans
+        ]
     else:  # one fixed vector (attention "none"): no alignment to read
         attention_times = [(start, end)] * len(spans)
     ctc_times, ctc_scores = None, None
@@ -274,9 +297,15 @@ def chunk_segment(
     words = []
     for w, (a, b) in enumerate(spans):
         timed = ctc_times[w] if ctc_times is not None else attention_times[w]
-        words.append(Word(
-            "".join(labels[a : b + 1]), timed[0], max(timed), _mean(scores[a : b + 1]), attention_times[w],
-            ctc_times[w] if ctc_times is not None else None,
-            _mean(ctc_scores[a : b + 1]) if ctc_scores is not None else None,
-        ))
+        words.append(
+            Word(
+                "".join(labels[a : b + 1]),
+                timed[0],
+                max(timed),
+                _mean(scores[a : b + 1]),
+                attention_times[w],
+                ctc_times[w] if ctc_times is not None else None,
+                _mean(ctc_scores[a : b + 1]) if ctc_scores is not None else None,
+            )
+        )
     return Segment(start, end, text, words, confidence, _mean(ctc_scores) if ctc_scores is not None else None, False)

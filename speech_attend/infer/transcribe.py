@@ -36,8 +36,19 @@ from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
 from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
 
 __all__ = [
-    "Transcriber", "Transcript", "split_at_pauses", "split_at_quiet_points", "is_silent", "load_recognizer", "export_model",
-    "SILENCE_DBFS", "NO_SIGNAL_DBFS", "QUIET_DBFS", "APP", "SHIPPED_MODEL", "shipped_model",
+    "Transcriber",
+    "Transcript",
+    "split_at_pauses",
+    "split_at_quiet_points",
+    "is_silent",
+    "load_recognizer",
+    "export_model",
+    "SILENCE_DBFS",
+    "NO_SIGNAL_DBFS",
+    "QUIET_DBFS",
+    "APP",
+    "SHIPPED_MODEL",
+    "shipped_model",
 ]
 
 APP = "speech-attend"
@@ -53,6 +64,7 @@ def shipped_model() -> Path:
     if not (SHIPPED_MODEL / "model.safetensors").is_file():
         raise CheckpointError(f"{SHIPPED_MODEL}: the shipped model is not there; pass --ckpt with a model of your own")
     return SHIPPED_MODEL
+
 
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
 _QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
@@ -95,8 +107,11 @@ def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu")
     except RuntimeError as err:  # a weight of another shape
         raise CheckpointError(f"{path}: weights do not fit the saved config ({_first_problem(err)})") from None
     if missing or unexpected:
-        named = [f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-                 for kind, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
+        named = [
+            f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            for kind, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        ]
         raise CheckpointError(f"{path}: weights do not fit the saved config: {'; '.join(named)}")
     return model.to(device).eval()
 
@@ -114,9 +129,14 @@ def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bo
 
 
 def export_model(
-    ckpt: str | os.PathLike, out_dir: str | os.PathLike, lm: str | os.PathLike | None = None,
-    lm_weight: float | None = None, length_bonus: float | None = None, beam_size: int | None = None,
-    ctc_weight: float | None = None, half: bool = False,
+    ckpt: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    lm: str | os.PathLike | None = None,
+    lm_weight: float | None = None,
+    length_bonus: float | None = None,
+    beam_size: int | None = None,
+    ctc_weight: float | None = None,
+    half: bool = False,
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
     statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
@@ -159,8 +179,13 @@ def export_model(
 
 
 def _language_model(
-    path: str | os.PathLike, vocabulary, decoding: DecodeConfig, lm: str | os.PathLike | None,
-    lm_weight: float | None, length_bonus: float | None, device: str | torch.device,
+    path: str | os.PathLike,
+    vocabulary,
+    decoding: DecodeConfig,
+    lm: str | os.PathLike | None,
+    lm_weight: float | None,
+    length_bonus: float | None,
+    device: str | torch.device,
 ) -> tuple[CharLM | None, DecodeConfig]:
     """The language model to fuse (``lm``, else the model folder's own) and the decoding settings
     with ``lm_weight`` and ``length_bonus`` (else the saved ones).
@@ -369,8 +394,13 @@ class Transcript:
     segments: list[Segment] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"audio": self.audio, "text": self.text, "duration_s": round(self.duration_s, 3), "chunks": self.chunks,
-                "segments": [segment.to_json() for segment in self.segments]}
+        return {
+            "audio": self.audio,
+            "text": self.text,
+            "duration_s": round(self.duration_s, 3),
+            "chunks": self.chunks,
+            "segments": [segment.to_json() for segment in self.segments],
+        }
 
 
 @dataclass
@@ -406,9 +436,16 @@ class Transcriber:
     """
 
     def __init__(
-        self, path: str | os.PathLike, beam_size: int | None = None, max_chunk_seconds: float | None = None,
-        device: str | torch.device = "cpu", trim: bool = True, lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None, length_bonus: float | None = None, ctc_weight: float | None = None,
+        self,
+        path: str | os.PathLike,
+        beam_size: int | None = None,
+        max_chunk_seconds: float | None = None,
+        device: str | torch.device = "cpu",
+        trim: bool = True,
+        lm: str | os.PathLike | None = None,
+        lm_weight: float | None = None,
+        length_bonus: float | None = None,
+        ctc_weight: float | None = None,
     ):
         check_device(device)  # the settings before the model loads
         self.check_settings(beam_size, max_chunk_seconds, ctc_weight)
@@ -422,9 +459,16 @@ class Transcriber:
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike | None = None, device: str | torch.device = "cpu", beam_size: int | None = None,
-        max_chunk_seconds: float | None = None, trim: bool = True, lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None, length_bonus: float | None = None, ctc_weight: float | None = None,
+        cls,
+        path: str | os.PathLike | None = None,
+        device: str | torch.device = "cpu",
+        beam_size: int | None = None,
+        max_chunk_seconds: float | None = None,
+        trim: bool = True,
+        lm: str | os.PathLike | None = None,
+        lm_weight: float | None = None,
+        length_bonus: float | None = None,
+        ctc_weight: float | None = None,
     ) -> Transcriber:
         """Load a model from a ``.ckpt`` file or an exported folder; ``None``: the shipped model.
 
@@ -434,11 +478,22 @@ class Transcriber:
             ValueError: a device this machine lacks, or a setting out of range (before anything loads).
             CheckpointError: the model cannot be loaded.
         """
-        return cls(shipped_model() if path is None else path, beam_size, max_chunk_seconds, device, trim, lm, lm_weight, length_bonus,
-                   ctc_weight)
+        return cls(
+            shipped_model() if path is None else path,
+            beam_size,
+            max_chunk_seconds,
+            device,
+            trim,
+            lm,
+            lm_weight,
+            length_bonus,
+            ctc_weight,
+        )
 
     @staticmethod
-    def check_settings(beam_size: int | None = None, max_chunk_seconds: float | None = None, ctc_weight: float | None = None) -> None:
+    def check_settings(
+        beam_size: int | None = None, max_chunk_seconds: float | None = None, ctc_weight: float | None = None
+    ) -> None:
         """Raises ValueError naming the first setting out of range (as its command-line option)."""
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
@@ -530,8 +585,11 @@ class Transcriber:
             batch, lengths = pad_waves([group[f].wave[slice(*group[f].spans[i])] for f, i in keys])
             ctc: list[torch.Tensor] = []  # (T, V) per chunk, with a CTC head: word times and confidence
             found, frames = self.model.decode(
-                batch.to(self.device), lengths.to(self.device), self.decoding,
-                ctc_posteriors=ctc, lm=self.lm,
+                batch.to(self.device),
+                lengths.to(self.device),
+                self.decoding,
+                ctc_posteriors=ctc,
+                lm=self.lm,
             )
             ctc = [c.cpu() for c in ctc] or [None] * len(keys)
             decoded.update({key: (hyp, int(n), c) for key, hyp, n, c in zip(keys, found, frames.tolist(), ctc)})
@@ -556,10 +614,21 @@ class Transcriber:
                 continue
             hyp, frames, ctc = decoded[i]
             text = "".join(self.vocabulary.decode(hyp.tokens))
-            segments.append(chunk_segment(
-                text, hyp.tokens, self.vocabulary.decode(hyp.tokens, strip_specials=False), hyp.token_scores, hyp.attention,
-                frames, ctc, start, end, self.model.frame_seconds, self.model.blank_id,
-            ))
+            segments.append(
+                chunk_segment(
+                    text,
+                    hyp.tokens,
+                    self.vocabulary.decode(hyp.tokens, strip_specials=False),
+                    hyp.token_scores,
+                    hyp.attention,
+                    frames,
+                    ctc,
+                    start,
+                    end,
+                    self.model.frame_seconds,
+                    self.model.blank_id,
+                )
+            )
             results.append((empty if segments[-1].no_speech else hyp, frames))  # no invented text, in the alignment either
         hyps = [hyp for hyp, _ in results]
         offsets = [round(start / frame_samples) for start, _ in file.spans]  # each chunk where it starts in the audio
@@ -568,8 +637,11 @@ class Transcriber:
         text = " ".join(s.text for s in segments if s.text)
         warnings = file.warnings
         if not text and not warnings and len(file.silent) < len(file.spans):
-            warnings = [*warnings, f"{file.path}: the model heard no speech (its CTC head reads almost none of the "
-                                   "characters its speller wrote); the transcript is empty"]
+            warnings = [
+                *warnings,
+                f"{file.path}: the model heard no speech (its CTC head reads almost none of the "
+                "characters its speller wrote); the transcript is empty",
+            ]
         return Transcript(file.path, text, duration, len(file.spans), alignment, labels, warnings, segments)
 
     def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:

@@ -66,8 +66,22 @@ from torchaudio.transforms import MelSpectrogram
 
 from shared import lengths_to_mask
 
-__all__ = ["FeatureConfig", "remove_dc", "speech_level", "level_gain", "normalise_level", "sample_step", "LogMel", "GlobalNorm",
-           "loud_frames", "loud_mean", "subtract_utterance_mean", "ColourShrink", "SpecAugment", "FeatureFrontend"]
+__all__ = [
+    "FeatureConfig",
+    "remove_dc",
+    "speech_level",
+    "level_gain",
+    "normalise_level",
+    "sample_step",
+    "LogMel",
+    "GlobalNorm",
+    "loud_frames",
+    "loud_mean",
+    "subtract_utterance_mean",
+    "ColourShrink",
+    "SpecAugment",
+    "FeatureFrontend",
+]
 
 # The loudest sample the front end takes, as the audio readers (speech_attend.data.audio): past it
 # the frame powers of the level step overflow, and such input is not audio but a broken file.
@@ -194,6 +208,7 @@ def sample_step(waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Each waveform's rounding step, `(B,)`: ``2^(1-b)`` for the fewest bits ``b`` in 8..16 whose
     grid holds every one of its samples (as a ``b``-bit file's do once read), 0 when none does
     (24-bit or float audio, or audio resampled or decoded from a lossy format)."""
+
     def on_grid(samples: torch.Tensor, valid: torch.Tensor, bits: int) -> torch.Tensor:  # (R, n) -> (R,)
         scaled = samples.float() * 2.0 ** (bits - 1)
         return ((scaled - scaled.round()).abs().le(1e-3) | ~valid).all(1)
@@ -223,8 +238,13 @@ class LogMel(nn.Module):
         self.win, self.hop = config.win_length, config.hop_length
         # n_fft = window, so a frame spans exactly the window and the frame count is exact.
         self.mel = MelSpectrogram(
-            config.sample_rate, n_fft=self.win, win_length=self.win, hop_length=self.hop,
-            n_mels=config.n_mels, center=False, power=2.0,
+            config.sample_rate,
+            n_fft=self.win,
+            win_length=self.win,
+            hop_length=self.hop,
+            n_mels=config.n_mels,
+            center=False,
+            power=2.0,
         )
         self.rounding_noise, self.rounding_floor = config.rounding_noise, config.rounding_floor
         # These follow from the settings, so they are not saved (state dicts stay as they were).
@@ -244,8 +264,9 @@ class LogMel(nn.Module):
         it uses), with ``|X|^2`` taken as ``re^2 + im^2``: torchaudio takes the complex magnitude
         and squares it, which costs more on a CPU than the rest of the log-mel together.
         """
-        spectrum = torch.stft(waveforms, self.win, self.hop, self.win, window=self.mel.spectrogram.window,
-                              center=False, return_complex=True)  # (B, n_freqs, T)
+        spectrum = torch.stft(
+            waveforms, self.win, self.hop, self.win, window=self.mel.spectrogram.window, center=False, return_complex=True
+        )  # (B, n_freqs, T)
         power = spectrum.real.square() + spectrum.imag.square()
         return torch.matmul(power.transpose(1, 2), self.mel.mel_scale.fb).transpose(1, 2)
 
@@ -253,8 +274,9 @@ class LogMel(nn.Module):
         """Frames for each waveform length `(B,)`; 0 for waveforms shorter than one window."""
         return torch.where(num_samples >= self.win, 1 + (num_samples - self.win) // self.hop, 0)
 
-    def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor,
-                rounding_variance: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, waveforms: torch.Tensor, lengths: torch.Tensor, rounding_variance: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             waveforms (torch.Tensor): padded audio with shape `(B, N)`.
             lengths (torch.Tensor): samples per waveform `(B,)`.
@@ -291,10 +313,7 @@ def _non_finite_reason(waveforms: torch.Tensor, lengths: torch.Tensor) -> str:
     bad = (~torch.isfinite(waveforms) & valid).sum(1)  # (B,)
     if bad.any():
         rows = bad.nonzero().squeeze(1).tolist()
-        return (
-            f"waveforms hold {int(bad.sum())} NaN or infinite samples (batch rows {rows}); "
-            "expected finite audio samples"
-        )
+        return f"waveforms hold {int(bad.sum())} NaN or infinite samples (batch rows {rows}); expected finite audio samples"
     peak = float(waveforms.masked_fill(~valid, 0.0).abs().max())
     return f"the log-mel power overflows: samples reach {peak:.3g}; expected audio in about [-1, 1]"
 
@@ -489,8 +508,11 @@ class FeatureFrontend(nn.Module):
             (torch.Tensor, torch.Tensor): the waveforms `(B, N)` and their rounding noise variance
             after the level gain `(B,)` (0 for audio off every grid, see :func:`sample_step`).
         """
-        rounding_variance = (sample_step(waveforms, lengths).square() / 12  # before the steps move samples off the grid
-                             if self.config.rounding_noise > 0 else waveforms.new_zeros(waveforms.size(0)))
+        rounding_variance = (
+            sample_step(waveforms, lengths).square() / 12  # before the steps move samples off the grid
+            if self.config.rounding_noise > 0
+            else waveforms.new_zeros(waveforms.size(0))
+        )
         if self.config.remove_dc:
             waveforms = remove_dc(waveforms.float(), lengths)
         if self.config.level_dbfs is not None:

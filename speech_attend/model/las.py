@@ -65,7 +65,9 @@ LISTENERS = ("pblstm", "pretrained")
 class LASConfig:
     """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`)."""
 
-    listener: str = "pblstm"  # pblstm (Chan et al., from log-mel) or pretrained (Whisper's encoder, then the pyramid as its adapter)
+    listener: str = (
+        "pblstm"  # pblstm (Chan et al., from log-mel) or pretrained (Whisper's encoder, then the pyramid as its adapter)
+    )
     listener_hidden: int = 256  # BLSTM units per direction; listener states have twice this
     listener_layers: int = 1  # plain BLSTM layers before the pyramid (pblstm only)
     pyramid_layers: int = 3  # each halves time: 3 layers = 8x (Chan et al.)
@@ -80,7 +82,9 @@ class LASConfig:
     speller_hidden: int = SpellerConfig.hidden  # speller LSTM units
     speller_layers: int = SpellerConfig.layers  # stacked speller LSTM layers
     embedding_dim: int = SpellerConfig.embedding_dim  # character embedding
-    attention: str = SpellerConfig.attention  # location (Chorowski et al. 2015), additive, dot, scaled_dot, or none (one fixed vector)
+    attention: str = (
+        SpellerConfig.attention
+    )  # location (Chorowski et al. 2015), additive, dot, scaled_dot, or none (one fixed vector)
     attention_dim: int = SpellerConfig.attention_dim  # hidden size of the MLP scores
     location_filters: int = SpellerConfig.location_filters  # channels of the convolution over the previous alignment
     location_kernel: int = SpellerConfig.location_kernel  # its (odd) width, in listener frames
@@ -100,9 +104,15 @@ class LASConfig:
     @property
     def speller(self) -> SpellerConfig:
         return SpellerConfig(
-            hidden=self.speller_hidden, layers=self.speller_layers, embedding_dim=self.embedding_dim, attention=self.attention,
-            attention_dim=self.attention_dim, location_filters=self.location_filters, location_kernel=self.location_kernel,
-            dropout=self.dropout, summary=self.summary,
+            hidden=self.speller_hidden,
+            layers=self.speller_layers,
+            embedding_dim=self.embedding_dim,
+            attention=self.attention,
+            attention_dim=self.attention_dim,
+            location_filters=self.location_filters,
+            location_kernel=self.location_kernel,
+            dropout=self.dropout,
+            summary=self.summary,
         )
 
 
@@ -117,8 +127,12 @@ class DecodeConfig:
     max_len_ratio: float = 2.5  # at most this many characters per listener frame (end detection)
     max_chunk_seconds: float | None = None  # transcribe splits longer audio; None: set by fit to the longest training utterance
     lm_weight: float = 0.0  # weight of a language model's log-probability in the beam (shallow fusion; 0 = off), in [0, 2]
-    length_bonus: float = 0.0  # added to the score for each character, offsetting the language model's preference for short outputs
-    max_repeats: int | None = 6  # a hypothesis with one character this many times in a row can only end (twice the longest run of one letter in English); None = off
+    length_bonus: float = (
+        0.0  # added to the score for each character, offsetting the language model's preference for short outputs
+    )
+    max_repeats: int | None = (
+        6  # a hypothesis with one character this many times in a row can only end (twice the longest run of one letter in English); None = off
+    )
     lm_bfloat16: bool = False  # run the language model in bfloat16 where the CPU multiplies it natively (lm.bfloat16_is_fast); same WERs, docs/BENCHMARKS.md
 
     def __post_init__(self):
@@ -139,7 +153,9 @@ class LAS(nn.Module):
 
     blank_id = 0
 
-    def __init__(self, config: LASConfig, features: FeatureConfig, vocabulary: Vocabulary, decoding: DecodeConfig = DecodeConfig()):
+    def __init__(
+        self, config: LASConfig, features: FeatureConfig, vocabulary: Vocabulary, decoding: DecodeConfig = DecodeConfig()
+    ):
         super().__init__()
         if not isinstance(vocabulary, Vocabulary):
             raise ValueError(f"LAS takes its Vocabulary (the characters, specials included), got {type(vocabulary).__name__}")
@@ -147,17 +163,29 @@ class LAS(nn.Module):
         vocab_size = len(vocabulary)
         if config.listener == "pretrained":
             if features.sample_rate != WhisperLogMel.sample_rate:
-                raise ValueError(f"the pretrained listener hears {WhisperLogMel.sample_rate} Hz audio; features.sample_rate is {features.sample_rate}")
+                raise ValueError(
+                    f"the pretrained listener hears {WhisperLogMel.sample_rate} Hz audio; features.sample_rate is {features.sample_rate}"
+                )
             self.frontend = WhisperLogMel(config.encoder.n_mels)
             self.listener = PretrainedListener(
-                config.encoder, config.listener_hidden, config.pyramid_layers, config.dropout, config.layer_norm, config.trainable_blocks,
+                config.encoder,
+                config.listener_hidden,
+                config.pyramid_layers,
+                config.dropout,
+                config.layer_norm,
+                config.trainable_blocks,
                 masking=SpecAugment(features),
             )
         else:
             self.frontend = FeatureFrontend(features)
             self.listener = Listener(
-                features.n_mels, config.listener_hidden, config.listener_layers, config.pyramid_layers,
-                config.input_stack, config.dropout, config.layer_norm,
+                features.n_mels,
+                config.listener_hidden,
+                config.listener_layers,
+                config.pyramid_layers,
+                config.input_stack,
+                config.dropout,
+                config.layer_norm,
             )
         self.speller = Speller(vocab_size, self.listener.output_dim, config.speller)
         self.ctc_head = nn.Linear(self.listener.output_dim, vocab_size * config.ctc_upsample) if config.ctc_upsample else None
@@ -196,7 +224,11 @@ class LAS(nn.Module):
         return logmel.win + logmel.hop * (self.listener.reduction - 1)
 
     def encode(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True, cached: tuple[torch.Tensor, torch.Tensor] | None = None,
+        self,
+        waveforms: torch.Tensor,
+        lengths: torch.Tensor,
+        drop_output: bool = True,
+        cached: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             waveforms (torch.Tensor): `(B, N)` padded audio.
@@ -252,7 +284,11 @@ class LAS(nn.Module):
         return logits.float().log_softmax(-1), lengths * self.config.ctc_upsample
 
     def forward(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, inputs: torch.Tensor, sampling_probability: float = 0.0,
+        self,
+        waveforms: torch.Tensor,
+        lengths: torch.Tensor,
+        inputs: torch.Tensor,
+        sampling_probability: float = 0.0,
         cached: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
         """Teacher-forced pass for training.
@@ -298,8 +334,14 @@ class LAS(nn.Module):
 
     @torch.no_grad()
     def decode(
-        self, waveforms: torch.Tensor, lengths: torch.Tensor, config: DecodeConfig | None = None, beam_size: int | None = None,
-        ctc_posteriors: list | None = None, lm: CharLM | None = None, cached: tuple[torch.Tensor, torch.Tensor] | None = None,
+        self,
+        waveforms: torch.Tensor,
+        lengths: torch.Tensor,
+        config: DecodeConfig | None = None,
+        beam_size: int | None = None,
+        ctc_posteriors: list | None = None,
+        lm: CharLM | None = None,
+        cached: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[list[Hypothesis], torch.Tensor]:
         """Transcribe a batch: :meth:`encode`, then :meth:`search`.
 
@@ -317,8 +359,13 @@ class LAS(nn.Module):
 
     @torch.no_grad()
     def search(
-        self, states: torch.Tensor, encoder_lengths: torch.Tensor, config: DecodeConfig | None = None,
-        beam_size: int | None = None, ctc_posteriors: list | None = None, lm: CharLM | None = None,
+        self,
+        states: torch.Tensor,
+        encoder_lengths: torch.Tensor,
+        config: DecodeConfig | None = None,
+        beam_size: int | None = None,
+        ctc_posteriors: list | None = None,
+        lm: CharLM | None = None,
     ) -> list[Hypothesis]:
         """The best transcript of each utterance by the shared batched beam search, then CTC rescoring.
 
@@ -347,16 +394,29 @@ class LAS(nn.Module):
         max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
         rescore = self.ctc_head is not None and config.ctc_weight > 0
         batch, device = states.size(0), states.device
-        scorers = WeightedScorers({  # name -> weight, step function, initial state: one entry per scorer
-            "attention": Scorer(1.0, self.speller.step, state),
-            "lm": lm_scorer(lm, config.lm_weight, batch, device, config.lm_bfloat16),  # without a language model: weight 0, left out
-            "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
-        })
+        scorers = WeightedScorers(
+            {  # name -> weight, step function, initial state: one entry per scorer
+                "attention": Scorer(1.0, self.speller.step, state),
+                "lm": lm_scorer(
+                    lm, config.lm_weight, batch, device, config.lm_bfloat16
+                ),  # without a language model: weight 0, left out
+                "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
+            }
+        )
         with native_cpu_kernels():
             results = beam_search(
-                scorers.step, scorers.initial_state(), batch, beam, sos, eos, max_len,
-                length_penalty=config.length_penalty, nbest=beam if rescore else 1, memory=memory,
-                max_repeats=config.max_repeats, never=self.vocabulary.never_written,
+                scorers.step,
+                scorers.initial_state(),
+                batch,
+                beam,
+                sos,
+                eos,
+                max_len,
+                length_penalty=config.length_penalty,
+                nbest=beam if rescore else 1,
+                memory=memory,
+                max_repeats=config.max_repeats,
+                never=self.vocabulary.never_written,
             )
         if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
             log_probs, ctc_lengths = self.ctc_log_probs(states, encoder_lengths)
@@ -369,7 +429,9 @@ class LAS(nn.Module):
             hyp.token_scores = hyp.part_scores[scorers.decoder][: len(hyp.tokens)]
         return best
 
-    def _rescore(self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers) -> list[Hypothesis]:
+    def _rescore(
+        self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers
+    ) -> list[Hypothesis]:
         """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc`` plus the other
         scorers' weighted scores (language model, length bonus), length-normalised.
 
@@ -392,7 +454,9 @@ class LAS(nn.Module):
             torch.cat(targets).to(log_probs.device) if target_lengths.sum() else torch.zeros(0, dtype=torch.long),
             torch.full((len(hyps),), steps, dtype=torch.long),
             target_lengths,
-            blank=self.blank_id, reduction="none", zero_infinity=False,
+            blank=self.blank_id,
+            reduction="none",
+            zero_infinity=False,
         )  # (N,); inf where the frames cannot hold the hypothesis
         rescored = []
         for hyp, nll, other in zip(hyps, ctc_nll.tolist(), others):

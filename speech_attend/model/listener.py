@@ -103,8 +103,14 @@ class Listener(nn.Module):
     """
 
     def __init__(
-        self, input_dim: int, hidden: int, layers: int = 1, pyramid_layers: int = 3, input_stack: int = 1,
-        dropout: float = 0.0, layer_norm: bool = False,
+        self,
+        input_dim: int,
+        hidden: int,
+        layers: int = 1,
+        pyramid_layers: int = 3,
+        input_stack: int = 1,
+        dropout: float = 0.0,
+        layer_norm: bool = False,
     ):
         super().__init__()
         if layers < 0 or pyramid_layers < 0 or layers + pyramid_layers < 1 or input_stack < 1:
@@ -114,9 +120,7 @@ class Listener(nn.Module):
             )
         self.input_stack = input_stack
         self.output_dim = 2 * hidden
-        self.layers = nn.ModuleList(
-            [_BLSTM(input_dim * input_stack if i == 0 else 2 * hidden, hidden) for i in range(layers)]
-        )
+        self.layers = nn.ModuleList([_BLSTM(input_dim * input_stack if i == 0 else 2 * hidden, hidden) for i in range(layers)])
         pyramid_input = 2 * (input_dim * input_stack if layers == 0 else 2 * hidden)  # two frames concatenated
         self.pyramid = nn.ModuleList([_BLSTM(pyramid_input if i == 0 else 4 * hidden, hidden) for i in range(pyramid_layers)])
         count = layers + pyramid_layers
@@ -132,7 +136,9 @@ class Listener(nn.Module):
         """Exact output frames for input frames `(B,)` (nested floors equal one floor)."""
         return torch.div(lengths, self.reduction, rounding_mode="floor")
 
-    def forward(self, features: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, features: torch.Tensor, lengths: torch.Tensor, drop_output: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             features (torch.Tensor): `(B, T, D)`.
             lengths (torch.Tensor): valid frames `(B,)`.

@@ -35,13 +35,29 @@ from shared import Hypothesis, Vocabulary
 from shared.training.config import as_dataclass
 from shared.training.model_files import CheckpointError, export_folder, load_model_files
 
-__all__ = ["LMConfig", "CharLM", "Scorer", "WeightedScorers", "length_bonus_scorer", "lm_scorer", "bfloat16_is_fast", "save_lm", "load_lm", "has_lm", "LM_FILES", "MAX_LM_WEIGHT", "DEFAULT_LM_WEIGHT"]
+__all__ = [
+    "LMConfig",
+    "CharLM",
+    "Scorer",
+    "WeightedScorers",
+    "length_bonus_scorer",
+    "lm_scorer",
+    "bfloat16_is_fast",
+    "save_lm",
+    "load_lm",
+    "has_lm",
+    "LM_FILES",
+    "MAX_LM_WEIGHT",
+    "DEFAULT_LM_WEIGHT",
+]
 
 
 APP = "speech-attend"
 LM_FILES = ("lm.safetensors", "lm.json")  # beside model.safetensors / config.json in an exported folder
 MAX_LM_WEIGHT = 2.0  # --lm-weight is in [0, MAX_LM_WEIGHT]: beyond it the language model drowns the audio
-DEFAULT_LM_WEIGHT = 0.3  # what export --lm saves unless told (ESPnet's LibriSpeech setting); choose it on dev (scripts/tune_lm.py)
+DEFAULT_LM_WEIGHT = (
+    0.3  # what export --lm saves unless told (ESPnet's LibriSpeech setting); choose it on dev (scripts/tune_lm.py)
+)
 
 
 @dataclass(frozen=True)
@@ -70,8 +86,13 @@ class CharLM(nn.Module):
         super().__init__()
         self.config, self.vocab_size = config, vocab_size
         self.embedding = nn.Embedding(vocab_size, config.embedding_dim)
-        self.lstm = nn.LSTM(config.embedding_dim, config.hidden, config.layers, batch_first=True,
-                            dropout=config.dropout if config.layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            config.embedding_dim,
+            config.hidden,
+            config.layers,
+            batch_first=True,
+            dropout=config.dropout if config.layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(config.dropout)
         self.output = nn.Linear(config.hidden, vocab_size)
 
@@ -109,7 +130,9 @@ class CharLM(nn.Module):
         logits, state = self(tokens[:, None], state)  # (N, 1, V)
         return logits[:, 0].float().log_softmax(-1), state, None
 
-    def score(self, sequences: Sequence[Sequence[int]], sos: int, eos: int, finished: Sequence[bool] | None = None) -> torch.Tensor:
+    def score(
+        self, sequences: Sequence[Sequence[int]], sos: int, eos: int, finished: Sequence[bool] | None = None
+    ) -> torch.Tensor:
         """``log p_lm(y)`` of whole sequences, ``<eos>`` included where a sequence is finished.
 
         Args:
@@ -207,10 +230,16 @@ def length_bonus_scorer(weight: float, vocab_size: int, eos: int, batch_size: in
 def bfloat16_is_fast(device: torch.device | str = "cpu") -> bool:
     """Whether bfloat16 products run natively on ``device``: a CPU with AVX512-BF16 or AMX, through
     oneDNN (without them, or without oneDNN, bfloat16 is several times slower than float32)."""
-    return torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return (
+        torch.device(device).type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
 
 
-def lm_scorer(lm: CharLM | None, weight: float, batch_size: int, device: torch.device | str = "cpu", bfloat16: bool = False) -> Scorer:
+def lm_scorer(
+    lm: CharLM | None, weight: float, batch_size: int, device: torch.device | str = "cpu", bfloat16: bool = False
+) -> Scorer:
     """The language model as a scorer of the beam search (``lm`` ``None``: a scorer of weight 0).
 
     With ``bfloat16``, where :func:`bfloat16_is_fast`, a bfloat16 copy of the model steps through
@@ -264,7 +293,9 @@ def load_lm(folder: str | os.PathLike, vocabulary: Vocabulary | None = None) -> 
     """
     config_file = Path(folder) / LM_FILES[1]
     if not Path(folder).is_dir():
-        raise CheckpointError(f"{folder}: not a language model folder; expected a folder with {' and '.join(LM_FILES)} (from speech-attend fit-lm)")
+        raise CheckpointError(
+            f"{folder}: not a language model folder; expected a folder with {' and '.join(LM_FILES)} (from speech-attend fit-lm)"
+        )
     files = load_model_files(folder, APP, files=LM_FILES)
     hp = files.hyper_parameters
     try:
@@ -275,7 +306,9 @@ def load_lm(folder: str | os.PathLike, vocabulary: Vocabulary | None = None) -> 
     try:
         lm.load_state_dict(files.state_dict)
     except RuntimeError as err:
-        raise CheckpointError(f"{Path(folder) / LM_FILES[0]}: weights do not fit {config_file} ({str(err).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{Path(folder) / LM_FILES[0]}: weights do not fit {config_file} ({str(err).splitlines()[0]})"
+        ) from None
     if vocabulary is not None and saved != vocabulary:
         missing, extra = set(vocabulary.itos) - set(saved.itos), set(saved.itos) - set(vocabulary.itos)
         if missing or extra:

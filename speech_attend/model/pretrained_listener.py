@@ -44,14 +44,22 @@ class PretrainedListener(nn.Module):
     """
 
     def __init__(
-        self, encoder: WhisperConfig, hidden: int, pyramid_layers: int = 1, dropout: float = 0.0, layer_norm: bool = False,
-        trainable_blocks: int = 0, masking: nn.Module | None = None,
+        self,
+        encoder: WhisperConfig,
+        hidden: int,
+        pyramid_layers: int = 1,
+        dropout: float = 0.0,
+        layer_norm: bool = False,
+        trainable_blocks: int = 0,
+        masking: nn.Module | None = None,
     ):
         super().__init__()
         if not 0 <= trainable_blocks <= encoder.layers:
             raise ValueError(f"trainable_blocks must be in [0, {encoder.layers}] (the encoder's blocks), got {trainable_blocks}")
         self.encoder = WhisperEncoder(encoder)
-        self.adapter = Listener(encoder.width, hidden, layers=0, pyramid_layers=pyramid_layers, dropout=dropout, layer_norm=layer_norm)
+        self.adapter = Listener(
+            encoder.width, hidden, layers=0, pyramid_layers=pyramid_layers, dropout=dropout, layer_norm=layer_norm
+        )
         self.masking = nn.Identity() if masking is None else masking
         self.trainable_blocks = trainable_blocks
         self.cache_point = encoder.layers - trainable_blocks  # blocks run before the cached states
@@ -98,7 +106,9 @@ class PretrainedListener(nn.Module):
             x = self.adapter.dropout(self.masking(x, lengths))
         return self.adapter(x, lengths, drop_output)
 
-    def forward(self, features: torch.Tensor, frames: torch.Tensor, drop_output: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, features: torch.Tensor, frames: torch.Tensor, drop_output: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Args:
             features (torch.Tensor): Whisper log-mel `(B, T, n_mels)`.
             frames (torch.Tensor): `(B,)`.
@@ -110,4 +120,3 @@ class PretrainedListener(nn.Module):
         """
         cached, lengths = self.frozen_states(features, frames)
         return self.adapt(cached, lengths, drop_output)
-

@@ -82,12 +82,18 @@ class Speller(nn.Module):
         # The character's share of the first layer's gates (with its bias), all steps at once in
         # teacher forcing; the first layer itself reads the previous context, the others the layer below.
         self.embed_to_gates = nn.Linear(embedding_dim, 4 * hidden)
-        self.lstm = nn.ModuleList([LSTMLayer(encoder_dim if i == 0 else hidden, hidden, bias=i > 0) for i in range(config.layers)])
+        self.lstm = nn.ModuleList(
+            [LSTMLayer(encoder_dim if i == 0 else hidden, hidden, bias=i > 0) for i in range(config.layers)]
+        )
         self._init_gates()
-        kwargs = {"num_filters": config.location_filters, "kernel_size": config.location_kernel} if attention == "location" else {}
+        kwargs = (
+            {"num_filters": config.location_filters, "kernel_size": config.location_kernel} if attention == "location" else {}
+        )
         dot = attention in ("dot", "scaled_dot")
         self.query_proj = nn.Linear(hidden, encoder_dim) if dot else nn.Identity()  # dot needs D_q == D_k
-        self.attention = Attention(build_score(attention, encoder_dim if dot else hidden, encoder_dim, config.attention_dim, **kwargs))
+        self.attention = Attention(
+            build_score(attention, encoder_dim if dot else hidden, encoder_dim, config.attention_dim, **kwargs)
+        )
         self.output = nn.Sequential(
             nn.Dropout(config.dropout), nn.Linear(hidden + encoder_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size)
         )
@@ -161,7 +167,9 @@ class Speller(nn.Module):
             (torch.Tensor, torch.Tensor): logits `(B, U, V)` and attention weights `(B, U, L)`.
         """
         memory, state = self.start(encoder_states, encoder_lengths)
-        input_gates = self.embed_to_gates(self.embedding(inputs)).unbind(1)  # U x (B, 4H): the characters' shares, all steps at once
+        input_gates = self.embed_to_gates(self.embedding(inputs)).unbind(
+            1
+        )  # U x (B, 4H): the characters' shares, all steps at once
         outputs, alignments = [], []
         with Recurrence():  # each weight's gradient as one product over all steps
             for i in range(inputs.size(1)):
@@ -176,7 +184,11 @@ class Speller(nn.Module):
         return self.output(torch.stack(outputs, 1)), torch.stack(alignments, 1)  # (B, U, V), (B, U, L)
 
     def score(
-        self, encoder_states: torch.Tensor, encoder_lengths: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor | None = None
+        self,
+        encoder_states: torch.Tensor,
+        encoder_lengths: torch.Tensor,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each character's log-probability given the ones before it, teacher-forced.
 

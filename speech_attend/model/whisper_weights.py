@@ -30,8 +30,15 @@ import torch
 from speech_attend.model.whisper import WhisperConfig, WhisperEncoder, sinusoids
 
 __all__ = [
-    "ConversionError", "read_ctranslate2", "whisper_encoder_state_dict", "whisper_config", "convert_whisper", "load_whisper_encoder",
-    "bundled_whisper", "ENCODER_FILE", "ENCODER_CONFIG",
+    "ConversionError",
+    "read_ctranslate2",
+    "whisper_encoder_state_dict",
+    "whisper_config",
+    "convert_whisper",
+    "load_whisper_encoder",
+    "bundled_whisper",
+    "ENCODER_FILE",
+    "ENCODER_CONFIG",
 ]
 
 ENCODER_FILE, ENCODER_CONFIG = "encoder.safetensors", "encoder.json"
@@ -83,7 +90,9 @@ def read_ctranslate2(path: str | Path) -> tuple[str, dict[str, np.ndarray]]:
         raise ConversionError(f"{path}: cannot read it ({err.strerror}); expected a CTranslate2 model.bin") from None
     version = reader.number("I")
     if version not in _VERSIONS:
-        raise ConversionError(f"{path}: not a CTranslate2 model.bin (binary version {version}; expected {_VERSIONS[0]}-{_VERSIONS[-1]})")
+        raise ConversionError(
+            f"{path}: not a CTranslate2 model.bin (binary version {version}; expected {_VERSIONS[0]}-{_VERSIONS[-1]})"
+        )
     spec = reader.string()
     reader.number("I")  # the spec's revision
     variables = {}
@@ -112,7 +121,9 @@ def whisper_config(variables: dict[str, np.ndarray]) -> WhisperConfig:
         positions = variables["encoder/position_encodings/encodings"].shape[0]
         heads = int(variables["encoder/num_heads"])
     except (KeyError, ValueError):
-        raise ConversionError("no Whisper encoder in this model (encoder/conv1, position_encodings or num_heads missing)") from None
+        raise ConversionError(
+            "no Whisper encoder in this model (encoder/conv1, position_encodings or num_heads missing)"
+        ) from None
     layers = len({m.group(1) for name in variables if (m := re.match(r"encoder/layer_(\d+)/", name))})
     return WhisperConfig(n_mels=n_mels, width=width, heads=heads, layers=layers, positions=positions)
 
@@ -136,30 +147,39 @@ def whisper_encoder_state_dict(variables: dict[str, np.ndarray]) -> tuple[Whispe
         return torch.from_numpy(np.array(variables[name]))
 
     state = {
-        "conv1.weight": array("encoder/conv1/weight"), "conv1.bias": array("encoder/conv1/bias"),
-        "conv2.weight": array("encoder/conv2/weight"), "conv2.bias": array("encoder/conv2/bias"),
-        "ln_post.weight": array("encoder/layer_norm/gamma"), "ln_post.bias": array("encoder/layer_norm/beta"),
+        "conv1.weight": array("encoder/conv1/weight"),
+        "conv1.bias": array("encoder/conv1/bias"),
+        "conv2.weight": array("encoder/conv2/weight"),
+        "conv2.bias": array("encoder/conv2/bias"),
+        "ln_post.weight": array("encoder/layer_norm/gamma"),
+        "ln_post.bias": array("encoder/layer_norm/beta"),
     }
     for i in range(config.layers):
         source, target = f"encoder/layer_{i}", f"blocks.{i}"
         qkv_weight, qkv_bias = array(f"{source}/self_attention/linear_0/weight"), array(f"{source}/self_attention/linear_0/bias")
         if qkv_weight.shape != (3 * width, width):
-            raise ConversionError(f"{source}/self_attention/linear_0/weight is {tuple(qkv_weight.shape)}; expected {(3 * width, width)}")
+            raise ConversionError(
+                f"{source}/self_attention/linear_0/weight is {tuple(qkv_weight.shape)}; expected {(3 * width, width)}"
+            )
         (q_w, k_w, v_w), (q_b, k_b, v_b) = qkv_weight.split(width), qkv_bias.split(width)
         if k_b.abs().max() > 0:
             raise ConversionError(f"{source}: the key projection has a bias; Whisper's has none")
         state |= {
             f"{target}.attn_ln.weight": array(f"{source}/self_attention/layer_norm/gamma"),
             f"{target}.attn_ln.bias": array(f"{source}/self_attention/layer_norm/beta"),
-            f"{target}.attn.q_proj.weight": q_w, f"{target}.attn.q_proj.bias": q_b,
+            f"{target}.attn.q_proj.weight": q_w,
+            f"{target}.attn.q_proj.bias": q_b,
             f"{target}.attn.k_proj.weight": k_w,
-            f"{target}.attn.v_proj.weight": v_w, f"{target}.attn.v_proj.bias": v_b,
+            f"{target}.attn.v_proj.weight": v_w,
+            f"{target}.attn.v_proj.bias": v_b,
             f"{target}.attn.out_proj.weight": array(f"{source}/self_attention/linear_1/weight"),
             f"{target}.attn.out_proj.bias": array(f"{source}/self_attention/linear_1/bias"),
             f"{target}.mlp_ln.weight": array(f"{source}/ffn/layer_norm/gamma"),
             f"{target}.mlp_ln.bias": array(f"{source}/ffn/layer_norm/beta"),
-            f"{target}.mlp.0.weight": array(f"{source}/ffn/linear_0/weight"), f"{target}.mlp.0.bias": array(f"{source}/ffn/linear_0/bias"),
-            f"{target}.mlp.2.weight": array(f"{source}/ffn/linear_1/weight"), f"{target}.mlp.2.bias": array(f"{source}/ffn/linear_1/bias"),
+            f"{target}.mlp.0.weight": array(f"{source}/ffn/linear_0/weight"),
+            f"{target}.mlp.0.bias": array(f"{source}/ffn/linear_0/bias"),
+            f"{target}.mlp.2.weight": array(f"{source}/ffn/linear_1/weight"),
+            f"{target}.mlp.2.bias": array(f"{source}/ffn/linear_1/bias"),
         }
     for name, tensor in expected.items():
         if name not in state:
@@ -206,9 +226,18 @@ def convert_whisper(source: str | Path | None, out: str | Path) -> tuple[Whisper
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_file({name: tensor.contiguous() for name, tensor in state.items()}, str(out / ENCODER_FILE))
-    meta = {"format": _FORMAT, "encoder": {"n_mels": config.n_mels, "width": config.width, "heads": config.heads,
-                                             "layers": config.layers, "positions": config.positions},
-            "source": str(source), "licence": "MIT (OpenAI Whisper weights, via CTranslate2)"}
+    meta = {
+        "format": _FORMAT,
+        "encoder": {
+            "n_mels": config.n_mels,
+            "width": config.width,
+            "heads": config.heads,
+            "layers": config.layers,
+            "positions": config.positions,
+        },
+        "source": str(source),
+        "licence": "MIT (OpenAI Whisper weights, via CTranslate2)",
+    }
     (out / ENCODER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")  # written last: it marks a finished conversion
     return config, out
 
@@ -233,12 +262,16 @@ def load_whisper_encoder(path: str | Path, expected: WhisperConfig) -> dict[str,
     if sizes is None:
         raise ConversionError(f"{folder}: not a converted Whisper encoder (no readable {ENCODER_CONFIG}); {hint}")
     if sizes != expected:
-        raise ConversionError(f"{folder}: a Whisper encoder of {sizes.width} wide, {sizes.heads} heads, {sizes.layers} blocks; "
-                              f"the model expects {expected.width}, {expected.heads}, {expected.layers} (model.las.encoder_*)")
+        raise ConversionError(
+            f"{folder}: a Whisper encoder of {sizes.width} wide, {sizes.heads} heads, {sizes.layers} blocks; "
+            f"the model expects {expected.width}, {expected.heads}, {expected.layers} (model.las.encoder_*)"
+        )
     try:
         state = load_file(str(folder / ENCODER_FILE))
     except (OSError, SafetensorError) as err:
-        raise ConversionError(f"{folder / ENCODER_FILE}: not a readable weights file ({str(err).splitlines()[0][:120]}); {hint}") from None
+        raise ConversionError(
+            f"{folder / ENCODER_FILE}: not a readable weights file ({str(err).splitlines()[0][:120]}); {hint}"
+        ) from None
     wanted = WhisperEncoder(expected).state_dict()
     for name, tensor in wanted.items():
         if name not in state or state[name].shape != tensor.shape:

@@ -29,8 +29,9 @@ class DataToModel(pl.Callback):
         if datamodule.feature_cache:
             model = pl_module.model
             if not model.pretrained or model.listener.trainable_blocks:
-                raise ValueError("data.feature_cache needs a frozen pretrained listener (model.las.listener: pretrained, "
-                                 "trainable_blocks: 0)")
+                raise ValueError(
+                    "data.feature_cache needs a frozen pretrained listener (model.las.listener: pretrained, trainable_blocks: 0)"
+                )
             datamodule.use_encoder(model.frozen_states, model.frozen_key())
         if stage == "fit":
             pl_module.set_longest_utterance(max(datamodule.training_durations()))
@@ -66,6 +67,9 @@ class RecognizerCLI(AttendCLI):
 def fit_validate_test(args: list[str]) -> None:
     """``speech-attend fit|validate|test ARGS``: the recognizer's LightningCLI run."""
     run_lightning(
-        RecognizerCLI, RecognizerModule, SpeechDataModule, args,
+        RecognizerCLI,
+        RecognizerModule,
+        SpeechDataModule,
+        args,
         trainer_defaults={"callbacks": [DataToModel()], "use_distributed_sampler": False},  # the bucketed sampler shards itself
     )

@@ -122,7 +122,9 @@ class SpeechDataModule(pl.LightningDataModule):
         if cache_views < 1:
             raise ValueError(f"data.cache_views must be at least 1, got {cache_views}")
         if feature_cache and augment is not None and cache_views < 2:
-            raise ValueError("data.feature_cache with data.augment draws the conditions into the cache: set data.cache_views >= 2")
+            raise ValueError(
+                "data.feature_cache with data.augment draws the conditions into the cache: set data.cache_views >= 2"
+            )
         if feature_cache and references:
             raise ValueError("data.feature_cache serves encoder states, not the audio the consistency loss compares")
         self.save_hyperparameters(ignore=["vocabulary", "augment"])
@@ -160,8 +162,10 @@ class SpeechDataModule(pl.LightningDataModule):
         if name in self._cached:
             return self._cached[name]
         if self._encode is None:
-            raise ValueError("data.feature_cache needs the model's pretrained listener; it is handed over by the speech-attend "
-                             "command line (model.las.listener: pretrained, trainable_blocks 0)")
+            raise ValueError(
+                "data.feature_cache needs the model's pretrained listener; it is handed over by the speech-attend "
+                "command line (model.las.listener: pretrained, trainable_blocks 0)"
+            )
         dataset = self.datasets[name]
         views, augment = (self.hparams.cache_views, self.augment) if name == "train" else (1, None)
         cache = EncoderCache(self.feature_cache, self._encoder_key)
@@ -193,11 +197,14 @@ class SpeechDataModule(pl.LightningDataModule):
         dataset = SpeechDataset(utterances, hp.sample_rate, hp.lowercase, hp.keep_punctuation, hp.cache_audio)
         if training:  # drop what the model cannot or should not learn from
             keep = [
-                i for i, (d, t) in enumerate(zip(dataset.durations, dataset.texts))
+                i
+                for i, (d, t) in enumerate(zip(dataset.durations, dataset.texts))
                 if t and d >= hp.min_duration and (hp.max_duration is None or d <= hp.max_duration)
             ]
             if not keep:
-                raise ValueError(f"{self.data_dir}: no training utterance between {hp.min_duration} and {hp.max_duration} s with text")
+                raise ValueError(
+                    f"{self.data_dir}: no training utterance between {hp.min_duration} and {hp.max_duration} s with text"
+                )
             dataset = dataset.subset(keep)
         dataset.min_samples = self._min_samples
         return dataset
@@ -252,7 +259,9 @@ class SpeechDataModule(pl.LightningDataModule):
             if batch.batch_size:  # unreadable files are left out here too
                 yield batch.waveforms, batch.lengths
 
-    def _loader(self, name: str, batch_size: int, max_frames: int | None, shuffle: bool, curriculum_epochs: int = 0) -> DataLoader:
+    def _loader(
+        self, name: str, batch_size: int, max_frames: int | None, shuffle: bool, curriculum_epochs: int = 0
+    ) -> DataLoader:
         if name not in self.datasets:
             raise ValueError(f"the {name} split is not set up (call setup first)")
         dataset = self.datasets[name]
@@ -261,18 +270,29 @@ class SpeechDataModule(pl.LightningDataModule):
         trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sampler = BucketBatchSampler(
-            dataset.frames(), batch_size, max_frames, shuffle=shuffle, seed=self.hparams.seed, num_replicas=world, rank=rank,
+            dataset.frames(),
+            batch_size,
+            max_frames,
+            shuffle=shuffle,
+            seed=self.hparams.seed,
+            num_replicas=world,
+            rank=rank,
             curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
         collate_fn = Collate(self.vocabulary)  # transcripts become the speller's ids here, not in the module
         if name == "train" and self.augment is not None and not self.feature_cache:  # never the validation or test audio
             step = trainer.global_step if trainer is not None else 0
-            collate_fn = self._augmented = AugmentedCollate(collate_fn, self.augment, self.hparams.sample_rate, step,
-                                                            references=self.hparams.references)
+            collate_fn = self._augmented = AugmentedCollate(
+                collate_fn, self.augment, self.hparams.sample_rate, step, references=self.hparams.references
+            )
         return DataLoader(
-            dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_fn,
-            persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
+            dataset,
+            batch_sampler=sampler,
+            num_workers=workers,
+            collate_fn=collate_fn,
+            persistent_workers=workers > 0,
+            pin_memory=torch.cuda.is_available(),
         )
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):

@@ -75,7 +75,9 @@ def lm_sentences(source: str, vocabulary: Vocabulary) -> list[str]:
     else:
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: text file not found (--text-from expects wordnet, wordnet+definitions or a .txt file, one sentence a line)")
+            raise FileNotFoundError(
+                f"{path}: text file not found (--text-from expects wordnet, wordnet+definitions or a .txt file, one sentence a line)"
+            )
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as err:
@@ -89,7 +91,7 @@ def lm_sentences(source: str, vocabulary: Vocabulary) -> list[str]:
 
 def lm_sentences_of(texts: Sequence[str], vocabulary: Vocabulary) -> list[str]:
     """Normalised ``texts`` without the characters outside ``vocabulary``; empty ones left out."""
-    charset = set(vocabulary.itos[len(SPECIALS):])
+    charset = set(vocabulary.itos[len(SPECIALS) :])
     sentences = [map_out_of_vocabulary(t, charset) for t in texts]
     return [s for s in sentences if s]
 
@@ -197,7 +199,9 @@ def fit_lm(
     ids = [vocabulary.encode(s) for s in sentences]
     warmup = 100
     start, step, epoch, losses, window = time.perf_counter(), 0, 0, [], []
-    bar = tqdm(total=max_steps if max_steps else round(seconds), unit="step" if max_steps else "s", desc="fit-lm", disable=not progress)
+    bar = tqdm(
+        total=max_steps if max_steps else round(seconds), unit="step" if max_steps else "s", desc="fit-lm", disable=not progress
+    )
     done = False
     with _StopRequest() as stop:
         while not done:
@@ -228,7 +232,13 @@ def fit_lm(
     if window:
         losses.append(sum(window) / len(window))
     bar.close()
-    record = {"steps": step, "epochs": epoch, "seconds": round(time.perf_counter() - start, 1), "losses": losses, "stopped": stop.requested}
+    record = {
+        "steps": step,
+        "epochs": epoch,
+        "seconds": round(time.perf_counter() - start, 1),
+        "losses": losses,
+        "stopped": stop.requested,
+    }
     return lm.cpu().eval(), record
 
 
@@ -256,9 +266,18 @@ class _StopRequest:
 
 
 def train_lm(
-    out_dir: str | os.PathLike, text_from: str, vocabulary_source: str | os.PathLike, config: LMConfig = LMConfig(),
-    seconds: float = 600.0, max_steps: int | None = None, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-    dev_from: str = "wordnet", progress: bool = True, device: str = "cpu",
+    out_dir: str | os.PathLike,
+    text_from: str,
+    vocabulary_source: str | os.PathLike,
+    config: LMConfig = LMConfig(),
+    seconds: float = 600.0,
+    max_steps: int | None = None,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    dev_from: str = "wordnet",
+    progress: bool = True,
+    device: str = "cpu",
 ) -> dict:
     """``speech-attend fit-lm``: train on ``text_from`` over the vocabulary of ``vocabulary_source``,
     measure the perplexity on ``dev_from``, and write ``out_dir/lm.safetensors`` + ``lm.json``.
@@ -276,8 +295,12 @@ def train_lm(
         seconds, final training loss, dev perplexity, and ``dev_test_overlap``: training
         sentences that are WordNet dev or test sentences, which should be 0).
     """
-    for name, value, low in (("hidden", config.hidden, 1), ("layers", config.layers, 1), ("embedding", config.embedding_dim, 1),
-                             ("batch-size", batch_size, 1)):
+    for name, value, low in (
+        ("hidden", config.hidden, 1),
+        ("layers", config.layers, 1),
+        ("embedding", config.embedding_dim, 1),
+        ("batch-size", batch_size, 1),
+    ):
         if value < low:
             raise ValueError(f"--{name} must be at least {low}, got {value}")
     if not 0.0 <= config.dropout < 1.0:
@@ -286,8 +309,11 @@ def train_lm(
         raise ValueError(f"--minutes must be positive and --max-steps at least 1, got {seconds / 60:g} and {max_steps}")
     vocabulary = vocabulary_from(vocabulary_source)
     sentences = lm_sentences(text_from, vocabulary)
-    record: dict[str, Any] = {"text_source": text_from if text_from in TEXT_SOURCES else str(Path(text_from).resolve()),
-                              "sentences": len(sentences), "characters": sum(len(s) + 1 for s in sentences)}
+    record: dict[str, Any] = {
+        "text_source": text_from if text_from in TEXT_SOURCES else str(Path(text_from).resolve()),
+        "sentences": len(sentences),
+        "characters": sum(len(s) + 1 for s in sentences),
+    }
     dev: list[str] = []
     if dev_from == "wordnet":
         splits = wordnet_lm_splits()
@@ -297,10 +323,20 @@ def train_lm(
     elif dev_from != "none":
         dev = lm_sentences(dev_from, vocabulary)
     lm, fit = fit_lm(sentences, vocabulary, config, seconds, max_steps, batch_size, lr, seed, progress, device)
-    record.update(steps=fit["steps"], epochs=fit["epochs"], seconds=fit["seconds"], stopped_early=fit["stopped"], device=str(device),
-                  batch_size=batch_size, lr=lr, seed=seed,
-                  train_loss=round(fit["losses"][-1], 4) if fit["losses"] else None, dev_source=dev_from,
-                  dev_sentences=len(dev), dev_perplexity=None)
+    record.update(
+        steps=fit["steps"],
+        epochs=fit["epochs"],
+        seconds=fit["seconds"],
+        stopped_early=fit["stopped"],
+        device=str(device),
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        train_loss=round(fit["losses"][-1], 4) if fit["losses"] else None,
+        dev_source=dev_from,
+        dev_sentences=len(dev),
+        dev_perplexity=None,
+    )
     save_lm(out_dir, lm, vocabulary, record)  # saved before the dev pass too: a stop during it keeps the model
     if dev:
         record["dev_perplexity"] = round(perplexity(lm, dev, vocabulary), 4)

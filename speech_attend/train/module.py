@@ -120,8 +120,13 @@ class RecognizerModule(AttendModule):
         # Plain data only, so checkpoints load with weights_only=True.
         optimizer = as_dataclass(OptimizerConfig, optimizer)
         self.save_hyperparameters(ignore=["vocabulary", "las", "features", "decoding", "optimizer"])
-        self.hparams.update(vocabulary=list(vocabulary), las=asdict(las), features=asdict(features), decoding=asdict(decoding),
-                            optimizer=asdict(optimizer))
+        self.hparams.update(
+            vocabulary=list(vocabulary),
+            las=asdict(las),
+            features=asdict(features),
+            decoding=asdict(decoding),
+            optimizer=asdict(optimizer),
+        )
         self.optimizer_config = optimizer
         self.model = build_recognizer(dict(self.hparams))  # with its vocabulary and decoding settings
         if pretrained_encoder is not None:
@@ -129,8 +134,10 @@ class RecognizerModule(AttendModule):
                 raise ValueError(f"model.pretrained_encoder {pretrained_encoder} needs model.las.listener: pretrained")
             self.model.listener.encoder.load_state_dict(load_whisper_encoder(pretrained_encoder, las.encoder))
         elif self.model.pretrained:
-            rank_zero_warn("model.las.listener is pretrained but model.pretrained_encoder is not set: the encoder's weights "
-                           "must come from a checkpoint (--ckpt_path, --init_from)")
+            rank_zero_warn(
+                "model.las.listener is pretrained but model.pretrained_encoder is not set: the encoder's weights "
+                "must come from a checkpoint (--ckpt_path, --init_from)"
+            )
         self._total_steps: int | None = None  # set when fit configures the optimiser
         self._last_step_time: float | None = None
 
@@ -164,7 +171,9 @@ class RecognizerModule(AttendModule):
     def configure_optimizers(self):
         opt = self.optimizer_config
         self._total_steps = max(1, int(self.trainer.estimated_stepping_batches))
-        return with_schedule(torch.optim.AdamW(self.parameters(), lr=opt.lr, weight_decay=opt.weight_decay), opt, self._total_steps)
+        return with_schedule(
+            torch.optim.AdamW(self.parameters(), lr=opt.lr, weight_decay=opt.weight_decay), opt, self._total_steps
+        )
 
     # ------------------------------------------------------------------ loss
 
@@ -195,7 +204,9 @@ class RecognizerModule(AttendModule):
             return weight
         return weight * max(0.0, 1.0 - self.global_step / max(1, steps))
 
-    def _guided_attention_loss(self, alignments: torch.Tensor, output_lengths: torch.Tensor, encoder_lengths: torch.Tensor) -> torch.Tensor:
+    def _guided_attention_loss(
+        self, alignments: torch.Tensor, output_lengths: torch.Tensor, encoder_lengths: torch.Tensor
+    ) -> torch.Tensor:
         """Mean over output steps of ``sum_l alpha_ul * (1 - exp(-(l/L - u/U)^2 / 2g^2))`` (Tachibana et al. 2017)."""
         batch, steps, frames = alignments.shape
         u = torch.arange(steps, device=alignments.device)[None, :, None] / output_lengths[:, None, None]  # (B, U, 1)
@@ -251,8 +262,14 @@ class RecognizerModule(AttendModule):
         weight = self.ctc_weight()
         if weight > 0:
             labels = outputs.masked_fill(outputs == self.vocabulary.eos_id, self.vocabulary.pad_id)
-            ctc = {"log_probs": out["ctc_log_probs"].transpose(0, 1), "targets": labels, "input_lengths": out["ctc_lengths"],
-                   "target_lengths": label_lengths, "blank": LAS.blank_id, "zero_infinity": True}
+            ctc = {
+                "log_probs": out["ctc_log_probs"].transpose(0, 1),
+                "targets": labels,
+                "input_lengths": out["ctc_lengths"],
+                "target_lengths": label_lengths,
+                "blank": LAS.blank_id,
+                "zero_infinity": True,
+            }
             # per label, like the CE; an empty transcript (a sound without speech) counts as one label
             item_ctc = F.ctc_loss(**ctc, reduction="none") / label_lengths.clamp_min(1)  # (B,)
             ctc_loss = item_ctc.mean()
@@ -267,10 +284,14 @@ class RecognizerModule(AttendModule):
         consistency = self.hparams.consistency_weight
         if self.training and consistency > 0:
             if batch.cached is not None:
-                raise ValueError("model.consistency_weight needs the training audio; cached encoder states (data.feature_cache) have none")
+                raise ValueError(
+                    "model.consistency_weight needs the training audio; cached encoder states (data.feature_cache) have none"
+                )
             if batch.references is None:
-                raise ValueError(f"model.consistency_weight {consistency:g} needs training batches with references: set "
-                                 "data.references true and data.augment (the command line links them)")
+                raise ValueError(
+                    f"model.consistency_weight {consistency:g} needs training batches with references: set "
+                    "data.references true and data.augment (the command line links them)"
+                )
             term = self._consistency_loss(batch, out["states"], out["encoder_lengths"])
             if term is not None:
                 losses["consistency_loss"] = term
@@ -297,8 +318,13 @@ class RecognizerModule(AttendModule):
 
     # ------------------------------------------------------------------ evaluation
 
-    def transcribe_batch(self, waveforms: torch.Tensor, lengths: torch.Tensor, beam_size: int | None = None,
-                         cached: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def transcribe_batch(
+        self,
+        waveforms: torch.Tensor,
+        lengths: torch.Tensor,
+        beam_size: int | None = None,
+        cached: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ):
         """Texts and hypotheses (with attention) for a batch of waveforms (or of cached encoder states)."""
         hyps, encoder_lengths = self.model.decode(waveforms, lengths, self.decoding, beam_size, cached=cached)
         return ["".join(self.vocabulary.decode(h.tokens)) for h in hyps], hyps, encoder_lengths
@@ -356,7 +382,8 @@ def _optimizer_states_from_lstm_cells(checkpoint: dict, module: RecognizerModule
             tensors.update(from_lstm_cells(tensors, prefix, embedding_dim, lambda ih, hh: ih))  # both biases get one gradient
         optimizer["state"] = {
             i: {"step": step.clone(), "exp_avg": moments["exp_avg"][name], "exp_avg_sq": moments["exp_avg_sq"][name]}
-            for i, name in enumerate(names) if name in moments["exp_avg"]
+            for i, name in enumerate(names)
+            if name in moments["exp_avg"]
         }
         groups[0]["params"] = list(range(len(names)))
 
