@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 APP_STAMP := $(VENV)/.installed-app
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test tour clean system-packages
+.PHONY: demo test lint tour clean system-packages
 
 # The apps alone: what the demo needs (the test extras add pytest, the WordNet text and piper).
 $(APP_STAMP): pyproject.toml
@@ -30,8 +30,13 @@ system-packages:
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
+# The linter and the formatter's check (ruff, configured in pyproject.toml): CI fails on either.
+lint: $(DEV_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
 # The suite on every core (pytest-xdist): a test file runs in one worker, so its module fixtures are made once.
-test: $(DEV_STAMP) system-packages
+test: lint system-packages
 	$(PY) -m pytest -q -n auto --dist loadfile
 
 tour: $(APP_STAMP)
