@@ -274,8 +274,9 @@ def test_the_adapter_halves_the_encoders_rate():
     assert model.frame_seconds == pytest.approx(0.04)
 
 
-def test_a_step_on_cached_states_is_the_step_on_the_audio():
-    model = _tiny_las().eval()  # eval: no dropout or masks, so both passes are comparable
+@pytest.mark.parametrize("trainable_blocks", [0, 1])
+def test_a_step_on_cached_states_is_the_step_on_the_audio(trainable_blocks):
+    model = _tiny_las(trainable_blocks).eval()  # eval: no dropout or masks, so both passes are comparable
     waves, lengths = torch.randn(2, 8000) * 0.1, torch.tensor([8000, 6400])
     inputs = torch.full((2, 4), VOCABULARY.sos_id)
     cached = model.frozen_states(waves, lengths)

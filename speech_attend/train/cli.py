@@ -28,11 +28,11 @@ class DataToModel(pl.Callback):
         datamodule.set_min_samples(pl_module.model.min_samples())  # a shorter clip is skipped and logged, not fatal
         if datamodule.feature_cache:
             model = pl_module.model
-            if not model.pretrained or model.listener.trainable_blocks:
+            if not model.pretrained:
                 raise ValueError(
-                    "data.feature_cache needs a frozen pretrained listener (model.las.listener: pretrained, trainable_blocks: 0)"
+                    "data.feature_cache holds a pretrained listener's frozen states: set model.las.listener: pretrained"
                 )
-            datamodule.use_encoder(model.frozen_states, model.frozen_key())
+            datamodule.use_encoder(model.frozen_states, model.frozen_key())  # the states below its trainable blocks
         if stage == "fit":
             pl_module.set_longest_utterance(max(datamodule.training_durations()))
 

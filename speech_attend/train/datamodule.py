@@ -164,7 +164,7 @@ class SpeechDataModule(pl.LightningDataModule):
         if self._encode is None:
             raise ValueError(
                 "data.feature_cache needs the model's pretrained listener; it is handed over by the speech-attend "
-                "command line (model.las.listener: pretrained, trainable_blocks 0)"
+                "command line (model.las.listener: pretrained)"
             )
         dataset = self.datasets[name]
         views, augment = (self.hparams.cache_views, self.augment) if name == "train" else (1, None)
