@@ -34,9 +34,9 @@ from torch.nn import functional as F
 
 from shared import Vocabulary, lengths_to_mask
 from shared.evaluation.speech import speech_metrics
-from shared.training.bad_samples import zero_loss
-from shared.training.config import as_dataclass
-from shared.training.model_files import CheckpointError
+from shared.io.config import as_dataclass
+from shared.io.model_files import CheckpointError
+from shared.training.guards import zero_loss
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
 from speech_attend.data.dataset import Batch
