@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shared.io.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, export_folder, load_model_files  # noqa: E402
+from shared.io.writes import replacing  # noqa: E402
 from shared.training.averaging import uniform_soup  # noqa: E402
-from shared.training.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, export_folder, load_model_files  # noqa: E402
-from shared.training.writes import replacing  # noqa: E402
 
 
 def _app(folder: Path) -> str:

@@ -35,12 +35,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from shared.evaluation.captions import exact_match  # noqa: E402
 from shared.evaluation.plots import save_lines  # noqa: E402
-from shared.evaluation.speech import char_error_rate  # noqa: E402
 from shared.training.checkpoints import find_checkpoint  # noqa: E402
 from show_attend.builtin.shapes import COLOURS, SHAPES, generate_scene  # noqa: E402
+from show_attend.evaluate.metrics import exact_match  # noqa: E402
 from show_attend.train.pointing import ATTRIBUTE_WORDS  # noqa: E402
+from speech_attend.evaluate.metrics import char_error_rate  # noqa: E402
 
 MODELS = {"attention": [], "fixed vector": ["none"]}  # label -> the attention override (none for the fixed vector)
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_speech import groups_of  # noqa: E402
 
-from shared.evaluation.speech import utterance_word_edits  # noqa: E402
 from speech_attend.data.readers import read_librispeech  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.evaluate.metrics import utterance_word_edits  # noqa: E402
 from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 SETTINGS = {"beam_size": int, "ctc_weight": float, "lm_weight": float, "length_bonus": float}

@@ -6,7 +6,7 @@
 or any folder of LibriSpeech-layout subsets. Each group is transcribed with
 :class:`speech_attend.infer.transcribe.Transcriber` (files decoded together in batches), references
 and hypotheses are normalised by :func:`speech_attend.data.text.normalize_text`, and the corpus-level
-WER and CER (:func:`shared.evaluation.speech.speech_metrics`) are printed as a table, or as JSON;
+WER and CER (:func:`speech_attend.evaluate.metrics.speech_metrics`) are printed as a table, or as JSON;
 ``--by-speaker`` adds each speaker's (for Flite and Festival: each voice's) under the group's.
 """
 
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shared.evaluation.speech import speech_metrics  # noqa: E402
 from speech_attend.data.readers import CorpusError, read_librispeech  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.evaluate.metrics import speech_metrics  # noqa: E402
 from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from shared import beam_search  # noqa: E402
 from shared.evaluation.plots import save_alignment, save_caption_grid  # noqa: E402
-from shared.evaluation.speech import char_error_rate  # noqa: E402
 from show_attend.builtin.shapes import generate_scene  # noqa: E402
+from speech_attend.evaluate.metrics import char_error_rate  # noqa: E402
 
 
 def _scene(rng: np.random.Generator, accept) -> object:

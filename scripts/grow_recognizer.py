@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.training.model_files import CheckpointError, export_folder, load_model_files, safe_torch_load  # noqa: E402
+from shared.io.model_files import CheckpointError, export_folder, load_model_files, safe_torch_load  # noqa: E402
 
 GROWABLE_ATTENTION = ("location", "additive")  # scores whose query and key projections are plain Linear layers
 

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval_speech import groups_of  # noqa: E402
 
-from shared.evaluation.speech import edit_ratio_interval, speech_metrics, utterance_word_edits  # noqa: E402
 from speech_attend.data.audio import load_audio  # noqa: E402
 from speech_attend.data.readers import read_librispeech  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.evaluate.metrics import edit_ratio_interval, speech_metrics, utterance_word_edits  # noqa: E402
 from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 RATE = 16000

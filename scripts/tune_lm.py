@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shared.evaluation.speech import speech_metrics  # noqa: E402
 from speech_attend.data.readers import CorpusError, read_corpus, read_librispeech  # noqa: E402
 from speech_attend.data.text import normalize_text  # noqa: E402
+from speech_attend.evaluate.metrics import speech_metrics  # noqa: E402
 from speech_attend.infer.transcribe import Transcriber  # noqa: E402
 
 

@@ -3,15 +3,19 @@
 The four steps of attention live in four places: the query comes from the decoder, the
 score from :mod:`shared.scoring`, the normalisation from :func:`shared.masks.masked_softmax`,
 and the read from :mod:`shared.attention`. Beside them: :mod:`shared.beam_search`,
-:mod:`shared.reinforce` (hard attention's training signal), :mod:`shared.vocabulary` and
-:mod:`shared.data_files` (the manifests and Hugging Face folders both apps read).
+:mod:`shared.reinforce` (hard attention's training signal) and :mod:`shared.vocabulary`.
 
-The layers above the core, each importing only those below it::
+The core and the layers on it, each importing only those above it in this list::
 
-    shared (this core)  <-  shared.evaluation (metrics, plots)  <-  shared.training (Lightning plumbing)
-                        <-  show_attend, speech_attend (the apps)  <-  scripts/
+    shared                       the attention core (this package's own modules)
+    shared.io                    what the programs read and write: data files, model files,
+                                 devices, the command-line frame; no Lightning
+    shared.evaluation            what both apps measure and plot
+    shared.training              the Lightning plumbing: CLI base, LightningModule base, checkpoints
+    show_attend, speech_attend   the apps
+    scripts/                     the demo, benchmarks, experiments
 
-This package imports neither app, and its top level imports no Lightning.
+This package imports neither app, and only :mod:`shared.training` imports Lightning.
 """
 
 from .attention import Attention, Memory, MultiHeadAttention, hard_read, soft_read

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from shared.training.commands import expand_folders, run_app
-from shared.training.devices import check_device
+from shared.io.commands import expand_folders, run_app
+from shared.io.devices import check_device
 
 __all__ = ["main"]  # CaptionCLI and EncoderToFeatureCache: show_attend.train.cli
 

@@ -24,8 +24,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.training.commands import expand_folders, run_app
-from shared.training.devices import check_device
+from shared.io.commands import expand_folders, run_app
+from shared.io.devices import check_device
 from speech_attend.model.lm import LMConfig
 
 __all__ = ["main"]  # RecognizerCLI: speech_attend.train.cli

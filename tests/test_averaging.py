@@ -12,8 +12,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from shared.io.model_files import export_folder, load_model_files
 from shared.training.averaging import TRAINED_STATE, WeightAverage, uniform_soup
-from shared.training.model_files import export_folder, load_model_files
 
 
 class Line(pl.LightningModule):

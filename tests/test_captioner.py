@@ -17,8 +17,8 @@ import torch
 from PIL import Image
 
 from shared import greedy_search
-from shared.training.bad_samples import BadSample
-from shared.training.model_files import export_folder, safe_torch_load
+from shared.io.bad_samples import BadSample
+from shared.io.model_files import export_folder, safe_torch_load
 from show_attend.cli import EncoderToFeatureCache, main
 from show_attend.data.dataset import collate
 from show_attend.data.images import load_image

@@ -6,8 +6,8 @@ import os
 import pytest
 import torch
 
-from shared.training.commands import run_app
-from shared.training.model_files import CheckpointError, export_folder, load_model_files, model_tag, safe_torch_load
+from shared.io.commands import run_app
+from shared.io.model_files import CheckpointError, export_folder, load_model_files, model_tag, safe_torch_load
 
 
 class _Payload:

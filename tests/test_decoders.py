@@ -4,8 +4,8 @@ maps that load weights saved before it."""
 import pytest
 import torch
 
+from shared.io.model_files import load_model_files
 from shared.lstm import LSTMLayer
-from shared.training.model_files import load_model_files
 from show_attend.model.decoder import Decoder, DecoderConfig
 from speech_attend.infer.transcribe import SHIPPED_MODEL
 from speech_attend.model.las import build_recognizer

@@ -29,12 +29,12 @@ from safetensors import SafetensorError
 import shared.training.run_logger as run_logger_module
 from shared.evaluation.faithfulness import write_explanations
 from shared.evaluation.plots import save_alignment
+from shared.io.commands import run_app
+from shared.io.model_files import export_folder, load_model_files
+from shared.io.writes import WriteError
 from shared.training.checkpoints import AtomicCheckpointIO, RunCheckpoints
-from shared.training.commands import run_app
-from shared.training.model_files import export_folder, load_model_files
 from shared.training.module import TEST_METRICS_FILE, AttendModule
 from shared.training.run_logger import RunLogger
-from shared.training.writes import WriteError
 from show_attend.cli import main as caption_main
 from show_attend.infer.caption import APP
 from show_attend.infer.gallery import write_gallery

@@ -10,7 +10,7 @@ import torch
 from tiny import TINY_SPEECH_CONFIG
 
 from shared.evaluation.faithfulness import compare_maps, rank_correlation
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from show_attend.cli import main as show_attend
 from show_attend.data.dataset import collate
 from show_attend.infer.explain import occlusion_drops, word_log_probs

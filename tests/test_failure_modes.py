@@ -8,7 +8,7 @@ import failure_modes
 import torch
 from tiny import TINY_SPEECH_CONFIG
 
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from show_attend.train.module import CaptionerModule
 from speech_attend.model.las import build_recognizer
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from show_attend.cli import main
 from show_attend.data.dataset import collate
 from show_attend.infer.caption import caption_files, load_captioner

@@ -221,7 +221,7 @@ def test_a_grown_checkpoint_resumes_training_at_its_step_with_the_new_sizes(tiny
 
 
 def test_an_exported_folder_grows_into_an_exported_folder_that_computes_the_same(tmp_path, capsys):
-    from shared.training.model_files import export_folder
+    from shared.io.model_files import export_folder
     from speech_attend.infer.transcribe import load_recognizer
 
     hparams = _hparams(layer_norm=False)

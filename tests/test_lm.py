@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from shared import Vocabulary, beam_search
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from speech_attend.builtin.wordnet_sentences import wordnet_definitions
 from speech_attend.cli import main as speech_attend
 from speech_attend.infer.transcribe import APP, Transcriber
@@ -338,7 +338,7 @@ def test_ctc_rescoring_changes_each_score_by_exactly_weight_times_the_lm(recogni
 
 def test_old_decoding_configs_without_the_fields_load():
     old = {"beam_size": 8, "val_beam_size": 4, "length_penalty": 1.0, "ctc_weight": 0.3, "max_len_ratio": 2.5}
-    from shared.training.config import as_dataclass
+    from shared.io.config import as_dataclass
 
     config = as_dataclass(DecodeConfig, old)
     assert (config.lm_weight, config.length_bonus) == (0.0, 0.0)

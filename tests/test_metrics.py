@@ -15,8 +15,8 @@ import warnings
 import numpy as np
 import pytest
 
-from shared.evaluation import captions as metrics
-from shared.evaluation.captions import (
+from show_attend.evaluate import metrics
+from show_attend.evaluate.metrics import (
     METEOR_JAR_ENV,
     caption_metrics,
     cider_d,
@@ -26,7 +26,13 @@ from shared.evaluation.captions import (
     rouge_l,
     tokenize_caption,
 )
-from shared.evaluation.speech import char_error_rate, edit_ratio_interval, speech_metrics, utterance_word_edits, word_error_rate
+from speech_attend.evaluate.metrics import (
+    char_error_rate,
+    edit_ratio_interval,
+    speech_metrics,
+    utterance_word_edits,
+    word_error_rate,
+)
 
 # Fixture A: 5 images, 2-5 references each; "soup" shares no 4-gram with its references.
 HYPOTHESES_A = {

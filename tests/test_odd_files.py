@@ -27,7 +27,7 @@ from test_bad_input import CAPTION_MODEL, _one_line_error, _tone
 from tiny import TINY_SPEECH_CONFIG
 
 from shared import Vocabulary
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from show_attend.cli import main as show_attend
 from show_attend.data.dataset import CaptionDataset
 from show_attend.data.images import ImageError, image_size, image_transform, load_image

@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 from PIL import Image
 
-from shared.data_files import metadata_files, read_rows
+from shared.io.data_files import metadata_files, read_rows
 from show_attend.data.readers import DataError, read_captions, read_imagefolder
 from show_attend.data.readers import read_manifest as read_caption_manifest
 from show_attend.train.datamodule import CaptionDataModule

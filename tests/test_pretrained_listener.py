@@ -288,7 +288,7 @@ def test_a_step_on_cached_states_is_the_step_on_the_audio(trainable_blocks):
 def test_an_export_without_its_encoder_weights_is_refused_on_load(tmp_path):
     from safetensors.torch import save_file
 
-    from shared.training.model_files import CheckpointError, export_folder
+    from shared.io.model_files import CheckpointError, export_folder
     from speech_attend.infer.transcribe import load_recognizer
     from speech_attend.train.module import RecognizerModule
 

@@ -111,7 +111,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tiny_synth, tmp_path):
     files = sorted(str(p) for p in (tiny_synth / "test").rglob("*.flac"))
     from tiny import TINY_SPEECH_CONFIG
 
-    from shared.training.model_files import export_folder
+    from shared.io.model_files import export_folder
     from speech_attend.model.las import build_recognizer
 
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefgh ")}

@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 from test_bad_input import _one_line_error
 
-from shared.training.model_files import CheckpointError, safe_torch_load
+from shared.io.model_files import CheckpointError, safe_torch_load
 from show_attend.cli import main as show_attend
 from show_attend.data.feature_cache import FeatureCache
 from show_attend.data.readers import DataError, find_image_dir, read_karpathy

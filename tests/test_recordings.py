@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from shared import Vocabulary
-from shared.training.model_files import export_folder, load_model_files
+from shared.io.model_files import export_folder, load_model_files
 from speech_attend.cli import main as speech_attend
 from speech_attend.data.augment import AugmentConfig, augment_batch, non_speech
 from speech_attend.infer.transcribe import APP, Transcriber, is_silent

@@ -5,7 +5,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from shared.training.bad_samples import BadSample, drop_bad_samples
+from shared.io.bad_samples import BadSample, drop_bad_samples
 from shared.training.guards import NonFiniteLoss, SkipBadSamples, StopOnNonFinite, TooManyBadSamples
 
 

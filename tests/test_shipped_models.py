@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.evaluation.speech import char_error_rate
-from shared.training.model_files import load_model_files
+from shared.io.model_files import load_model_files
 from speech_attend.cli import main as speech_attend
+from speech_attend.evaluate.metrics import char_error_rate
 from speech_attend.infer.transcribe import SHIPPED_MODEL, Transcriber
 from speech_attend.model.lm import LM_FILES
 

@@ -15,7 +15,7 @@ import soundfile as sf
 import speech_devsets
 from tiny import TINY_SPEECH_CONFIG
 
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from speech_attend.builtin.corpus import prepare_synth
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
 from speech_attend.data.readers import read_librispeech

@@ -15,7 +15,7 @@ import torch
 import webvtt
 
 from shared import Vocabulary, beam_search
-from shared.training.model_files import export_folder
+from shared.io.model_files import export_folder
 from speech_attend.builtin.corpus import speak
 from speech_attend.builtin.espeak import synthesize, synthesize_with_words
 from speech_attend.cli import main as speech_attend

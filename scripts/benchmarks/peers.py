@@ -19,7 +19,7 @@ system's decode seconds run from the file's path to its text, audio reading incl
 reported apart. The real-time factor is audio seconds / decode seconds: HIGHER IS FASTER (10x: ten
 seconds of speech per second). References and every system's output go through one normaliser,
 :func:`normalize_for_scoring`, and the corpus-level WER and CER of
-:func:`shared.evaluation.speech.speech_metrics`.
+:func:`speech_attend.evaluate.metrics.speech_metrics`.
 
 A system whose packages are missing is skipped with a note naming what to ``pip install``.
 """
@@ -43,11 +43,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shared.evaluation.speech import speech_metrics
 from speech_attend.builtin.numbers import spell_numbers
 from speech_attend.data.audio import audio_duration, load_audio
 from speech_attend.data.readers import read_librispeech
 from speech_attend.data.text import normalize_text
+from speech_attend.evaluate.metrics import speech_metrics
 
 __all__ = ["SYSTEMS", "normalize_for_scoring", "groups_of", "run_benchmark", "text_table", "markdown_table", "main"]
 

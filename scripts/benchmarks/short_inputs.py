@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from scripts.benchmarks.peers import groups_of, normalize_for_scoring
-from shared.evaluation.speech import speech_metrics
 from speech_attend.data.audio import load_audio
 from speech_attend.data.readers import read_librispeech
+from speech_attend.evaluate.metrics import speech_metrics
 from speech_attend.model.whisper import WhisperLogMel
 
 THIRTY_SECONDS = 30 * 16000

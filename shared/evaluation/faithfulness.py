@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from shared.training.writes import writing
+from shared.io.writes import writing
 
 __all__ = ["MapComparison", "compare_maps", "rank_correlation", "write_explanations"]
 

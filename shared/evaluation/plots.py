@@ -27,7 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
-from shared.training.writes import replacing
+from shared.io.writes import replacing
 
 __all__ = [
     "overlay_attention",

@@ -29,7 +29,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from .writes import replacing
+from ..io.writes import replacing
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -54,9 +54,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     only when ``$TMPDIR`` is on the checkpoint's filesystem; otherwise (a local ``/tmp`` with
     checkpoints on NFS or Lustre, a tmpfs ``/tmp``) it is a copy into the target, which a kill
     during the copy leaves truncated, with the previous checkpoint already gone. Writing beside
-    the target makes the rename always same-filesystem (:func:`~shared.training.writes.replacing`).
+    the target makes the rename always same-filesystem (:func:`~shared.io.writes.replacing`).
     A failed write (a full disk) removes the temporary file, keeps the previous checkpoint, and
-    raises a :class:`~shared.training.writes.WriteError` naming the file and the cause. Remote
+    raises a :class:`~shared.io.writes.WriteError` naming the file and the cause. Remote
     paths (``s3://`` and the like) still go to Lightning's writer.
     """
 

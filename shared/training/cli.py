@@ -40,10 +40,10 @@ from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.utilities import rank_zero_info
 
+from ..io.model_files import CheckpointError, ModelFiles, load_model_files, safe_torch_load
 from .averaging import WeightAverage
 from .checkpoints import NAMED_CHECKPOINTS, RunCheckpoints, find_checkpoint, run_version, with_atomic_checkpoints
 from .guards import SkipBadSamples, StopOnNonFinite
-from .model_files import CheckpointError, ModelFiles, load_model_files, safe_torch_load
 from .resume import ExactResume
 
 __all__ = ["AttendCLI", "run_lightning"]

@@ -1,11 +1,13 @@
 """Guards of a training run against bad data and bad numbers.
 
 * :class:`SkipBadSamples` counts the unreadable items the datasets skipped (see
-  :mod:`shared.training.bad_samples`), appends each path and reason to ``skipped_samples.log``
+  :mod:`shared.io.bad_samples`), appends each path and reason to ``skipped_samples.log``
   in the run folder, and fails the run with a clear message once the skipped fraction passes a
   limit (1% by default): a few bad files are tolerated, many are a wrong data folder.
 * :class:`StopOnNonFinite` stops at the first NaN or infinite loss or gradient, after saving
   the last good weights.
+* :func:`zero_loss` is the loss of a training batch whose every item was unreadable: zero, but
+  with a backward pass, so that every process of a distributed run still takes the step.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-from .bad_samples import BadSample
+from ..io.bad_samples import BadSample
 from .checkpoints import checkpoint_dir
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "TooManyBadSamples",
     "NonFiniteLoss",
     "StopOnNonFinite",
+    "zero_loss",
 ]
 
 
@@ -153,3 +156,13 @@ class StopOnNonFinite(pl.Callback):
             f"{what} at global step {trainer.global_step} (epoch {trainer.current_epoch}, batch "
             f"{trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1}); the last good weights are in {path}"
         )
+
+
+def zero_loss(module: torch.nn.Module) -> torch.Tensor:
+    """A loss of exactly 0 that reaches every trainable parameter.
+
+    For a training batch whose items were all unreadable: under DDP every rank must still run
+    a backward pass (the gradient all-reduce waits for all of them), so the step cannot simply
+    be skipped on one rank.
+    """
+    return sum(p.sum() for p in module.parameters() if p.requires_grad) * 0.0

@@ -31,8 +31,8 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 from ..evaluation.collapse import collapse_warning, output_collapse
-from .model_files import OMITTED_KEY, CheckpointError, ModelFiles, check_app_tag, model_tag
-from .writes import replacing
+from ..io.model_files import OMITTED_KEY, CheckpointError, ModelFiles, check_app_tag, model_tag
+from ..io.writes import replacing
 
 __all__ = ["AttendModule", "TEST_METRICS_FILE", "TEST_OUTPUTS_FILE"]
 

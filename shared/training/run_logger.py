@@ -8,7 +8,7 @@ to the file, widening its header when new columns come.
 No row already written is lost to a failed write (a full disk): new rows are appended and synced,
 and a failed append is cut back to the rows before it; a wider header is written with every row
 into a new file that replaces the old one (Lightning's writer truncates the file first). A failure
-is a :class:`~shared.training.writes.WriteError` naming the file; the rows not written stay in
+is a :class:`~shared.io.writes.WriteError` naming the file; the rows not written stay in
 memory for the next try.
 """
 
@@ -22,7 +22,7 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.utilities import rank_zero_only, rank_zero_warn
 
-from .writes import WriteError, replacing, writing
+from ..io.writes import WriteError, replacing, writing
 
 __all__ = ["RunLogger"]
 

@@ -15,7 +15,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from shared import Vocabulary
-from shared.training.bad_samples import BadSample, drop_bad_samples
+from shared.io.bad_samples import BadSample, drop_bad_samples
 
 from show_attend.data.images import ImageError, ImageTransform, image_size, load_image
 from show_attend.data.readers import CaptionRecord
@@ -44,7 +44,7 @@ class CaptionDataset(Dataset):
             ``3 * S * S`` bytes each), so later epochs skip the file; only with a transform
             that is not random. The tensors are the same as without. (Default: ``False``)
 
-    An image that cannot be read comes back as a :class:`~shared.training.bad_samples.BadSample`, which
+    An image that cannot be read comes back as a :class:`~shared.io.bad_samples.BadSample`, which
     :func:`collate` drops and the training loop logs; one bad file does not end an epoch.
     """
 
@@ -110,7 +110,7 @@ def collate(items: list[dict | BadSample]) -> dict:
         (targets per caption, ``<eos>`` included), ``index`` `(B,)`, and either ``images``
         `(B, 3, S, S)` or ``features`` `(B, L, D)`; evaluation batches also carry the lists
         ``references``, ``keys``, ``objects`` and ``sizes`` (original width, height). Always
-        ``batch_size`` (B) and ``skipped`` (the :class:`~shared.training.bad_samples.BadSample` markers); when
+        ``batch_size`` (B) and ``skipped`` (the :class:`~shared.io.bad_samples.BadSample` markers); when
         every item was unreadable, only those two.
     """
     items, skipped = drop_bad_samples(items)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from shared.training.bad_samples import BadSample, drop_bad_samples
+from shared.io.bad_samples import BadSample, drop_bad_samples
 
 from show_attend.data.readers import CaptionRecord, DataError
 

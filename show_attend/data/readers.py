@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.data_files import MANIFEST_SUFFIXES, Row, metadata_files, read_rows
+from shared.io.data_files import MANIFEST_SUFFIXES, Row, metadata_files, read_rows
 
 __all__ = [
     "DataError",
@@ -50,7 +50,7 @@ __all__ = [
 
 _SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}  # restval folds into train
 _MANIFEST_SPLITS = {**_SPLITS, "validation": "val"}  # the Hugging Face name too
-_FOLDER_SPLITS = {"train": "train", "validation": "val", "test": "test"}  # shared.data_files' split -> ours
+_FOLDER_SPLITS = {"train": "train", "validation": "val", "test": "test"}  # shared.io.data_files' split -> ours
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -196,7 +196,7 @@ def read_imagefolder(root: str | Path) -> list[CaptionRecord]:
     several rows has all those captions as its references. The splits are the sub-folders
     ``train/``, ``validation/`` (or ``valid/``, ``val/``, ``dev/``) and ``test/``, each with its
     metadata file, as ``datasets`` lays them out; a metadata file in ``root`` itself is the
-    training split alone (:func:`shared.data_files.metadata_files`)::
+    training split alone (:func:`shared.io.data_files.metadata_files`)::
 
         root/train/metadata.jsonl          {"file_name": "0001.jpg", "text": "A dog runs."}
         root/train/0001.jpg

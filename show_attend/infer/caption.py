@@ -1,7 +1,7 @@
 """Captioning images with a trained model, and exporting models.
 
 A model comes from a Lightning checkpoint or an exported folder (``model.safetensors`` +
-``config.json``), both loaded without running pickled code (:mod:`shared.training.model_files`).
+``config.json``), both loaded without running pickled code (:mod:`shared.io.model_files`).
 Images may be any size or mode Pillow reads; they are resized to the model's input size exactly
 as in training. With an overlay folder each image gets one PNG: the image, then one panel per
 word with that word's attention over the image (Xu et al. 2015, Fig. 2-3).
@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from shared import Hypothesis, Vocabulary
-from shared.training.devices import check_device
-from shared.training.model_files import CheckpointError, export_folder, load_model_files
+from shared.io.devices import check_device
+from shared.io.model_files import CheckpointError, export_folder, load_model_files
 from show_attend.data.images import ImageError, image_transform, load_image
 from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.model.encoder import restore_omitted_weights

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from shared.training.writes import replacing
+from shared.io.writes import replacing
 from show_attend.data.images import load_image
 from show_attend.infer.caption import Beam, CaptionResult
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from shared import Hypothesis, Vocabulary, beam_search
-from shared.training.config import as_dataclass
+from shared.io.config import as_dataclass
 from show_attend.model.decoder import Decoder, DecoderConfig, DecoderOutput, DecoderScores
 from show_attend.model.encoder import Encoder, EncoderConfig
 

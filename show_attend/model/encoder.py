@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.training.model_files import CheckpointError, fingerprint
+from shared.io.model_files import CheckpointError, fingerprint
 
 __all__ = ["EncoderConfig", "Encoder", "EncoderWeightsError", "BACKBONES", "restore_omitted_weights"]
 

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from shared import Vocabulary
-from shared.training.model_files import fingerprint
+from shared.io.model_files import fingerprint
 from show_attend.data.dataset import CaptionDataset, build_vocabulary, collate
 from show_attend.data.feature_cache import CachedSplit, FeatureCache
 from show_attend.data.images import image_transform

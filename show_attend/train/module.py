@@ -26,13 +26,13 @@ from typing import Any
 import torch
 
 from shared import MovingAverageBaseline, ReinforceConfig, Vocabulary, attention_entropy, lengths_to_mask, reinforce_loss
-from shared.evaluation.captions import caption_metrics, exact_match
+from shared.io.config import as_dataclass
+from shared.io.model_files import OMITTED_KEY
 from shared.reinforce import use_expected_context
-from shared.training.bad_samples import zero_loss
-from shared.training.config import as_dataclass
-from shared.training.model_files import OMITTED_KEY
+from shared.training.guards import zero_loss
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
+from show_attend.evaluate.metrics import caption_metrics, exact_match
 from show_attend.model.captioner import Captioner, CaptionerConfig
 from show_attend.model.decoder import DecoderConfig
 from show_attend.model.encoder import EncoderConfig, restore_omitted_weights

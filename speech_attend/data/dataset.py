@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from shared import Vocabulary
-from shared.training.bad_samples import BadSample, drop_bad_samples
+from shared.io.bad_samples import BadSample, drop_bad_samples
 
 from speech_attend.data.audio import AudioError, audio_duration, load_audio
 from speech_attend.data.readers import Utterance
@@ -90,7 +90,7 @@ class SpeechDataset(Dataset):
 
     A file that cannot be read (:func:`~speech_attend.data.audio.load_audio` also refuses NaN, infinite
     and absurdly large samples), or holds fewer than ``min_samples`` samples (too short for the
-    model to make one listener frame), comes back as a :class:`~shared.training.bad_samples.BadSample` (an
+    model to make one listener frame), comes back as a :class:`~shared.io.bad_samples.BadSample` (an
     unreadable file is given a nominal duration of one second for bucketing), which
     :func:`collate` drops and the training loop logs: one bad file does not end an epoch or a test.
     """

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from shared.training.bad_samples import BadSample
+from shared.io.bad_samples import BadSample
 
 from speech_attend.data.audio import AudioError
 from speech_attend.data.augment import AugmentConfig, augment_batch

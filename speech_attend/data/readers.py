@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from shared.data_files import Row, metadata_files, read_rows, split_of_folder
+from shared.io.data_files import Row, metadata_files, read_rows, split_of_folder
 
 __all__ = [
     "CorpusError",
@@ -266,7 +266,7 @@ def read_audiofolder(root: str | os.PathLike, split: str = "train") -> list[Utte
     ``duration``, ``speaker`` and ``id`` are optional, as in a manifest. The splits are the
     sub-folders ``train/``, ``validation/`` (or ``valid/``, ``val/``, ``dev/``) and ``test/``, each
     with its metadata file; a metadata file in ``root`` itself is the training split alone
-    (:func:`shared.data_files.metadata_files`)::
+    (:func:`shared.io.data_files.metadata_files`)::
 
         root/train/metadata.csv            file_name,transcription
         root/train/0001.wav                0001.wav,turn the lights off

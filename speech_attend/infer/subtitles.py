@@ -15,7 +15,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from shared.training.writes import replacing
+from shared.io.writes import replacing
 from speech_attend.infer.transcribe import Transcript
 
 __all__ = ["FORMATS", "parse_formats", "render", "output_names", "check_output_dir", "write_outputs"]

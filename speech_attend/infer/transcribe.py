@@ -27,8 +27,8 @@ import torch
 from torch.nn import functional as F
 
 from shared import Hypothesis
-from shared.training.devices import check_device
-from shared.training.model_files import CheckpointError, export_folder, load_model_files
+from shared.io.devices import check_device
+from shared.io.model_files import CheckpointError, export_folder, load_model_files
 from speech_attend.data.audio import load_audio
 from speech_attend.data.dataset import pad_waves
 from speech_attend.infer.timing import Segment, chunk_segment, no_speech_segment

@@ -26,8 +26,8 @@ from torch.nn import functional as F
 
 from shared import Hypothesis, Vocabulary, beam_search
 from shared.beam_search import length_normalized
-from shared.training.config import as_dataclass
-from shared.training.model_files import fingerprint
+from shared.io.config import as_dataclass
+from shared.io.model_files import fingerprint
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.listener import Listener
 from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer

@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from shared import Hypothesis, Vocabulary
-from shared.training.config import as_dataclass
-from shared.training.model_files import CheckpointError, export_folder, load_model_files
+from shared.io.config import as_dataclass
+from shared.io.model_files import CheckpointError, export_folder, load_model_files
 
 __all__ = [
     "LMConfig",

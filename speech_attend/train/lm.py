@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from shared import Vocabulary
-from shared.training.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_model_files
+from shared.io.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_model_files
 from shared.vocabulary import SPECIALS
 from speech_attend.data.text import map_out_of_vocabulary, normalize_text
 from speech_attend.model.lm import APP, CharLM, LMConfig, save_lm

@@ -33,13 +33,13 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch.nn import functional as F
 
 from shared import Vocabulary, lengths_to_mask
-from shared.evaluation.speech import speech_metrics
-from shared.training.bad_samples import zero_loss
-from shared.training.config import as_dataclass
-from shared.training.model_files import CheckpointError
+from shared.io.config import as_dataclass
+from shared.io.model_files import CheckpointError
+from shared.training.guards import zero_loss
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
 from speech_attend.data.dataset import Batch
+from speech_attend.evaluate.metrics import speech_metrics
 from speech_attend.model.features import FeatureConfig
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
 from speech_attend.model.speller import from_lstm_cells

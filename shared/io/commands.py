@@ -5,8 +5,8 @@ sub-command (``prepare``, ``caption``, ``transcribe``, ``export``, ...) to the a
 handler. Any error a user can cause (a ``ValueError`` or ``OSError``, which covers the apps'
 own error classes) is printed as one line, ``PROG: error: ...``, with exit code 2; ``--debug``
 anywhere on the command line shows the full traceback instead. A file that could not be written
-(a full disk) is a :class:`~shared.training.writes.WriteError`, an ``OSError`` whose line says
-what, where and why (see :mod:`shared.training.writes`). Output into a closed pipe
+(a full disk) is a :class:`~shared.io.writes.WriteError`, an ``OSError`` whose line says
+what, where and why (see :mod:`shared.io.writes`). Output into a closed pipe
 (``transcribe ... | head``) ends the program quietly, as Unix tools do.
 
 No Lightning is imported here: only the training commands load it.

@@ -9,7 +9,7 @@ why, e.g.::
 
     could not write the checkpoint runs/version_0/checkpoints/last.ckpt: no space left on device (the previous last.ckpt is kept)
 
-It is an ``OSError``, so :func:`shared.training.commands.run_app` prints it as one line and
+It is an ``OSError``, so :func:`shared.io.commands.run_app` prints it as one line and
 exits with 2. ``torch.save`` reports a failed write as a ``RuntimeError`` ("[enforce fail at
 inline_container.cc:672] . unexpected pos ...") and safetensors as its own error ("... (os error
 28)"); the cause is read from the error chain, and failing that from the file system's free

@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import torch
-
-__all__ = ["BadSample", "drop_bad_samples", "zero_loss"]
+__all__ = ["BadSample", "drop_bad_samples"]
 
 
 class BadSample(NamedTuple):
@@ -29,13 +27,3 @@ def drop_bad_samples(items: Sequence[Any]) -> tuple[list[Any], list[BadSample]]:
     good = [item for item in items if not isinstance(item, BadSample)]
     bad = [item for item in items if isinstance(item, BadSample)]
     return good, bad
-
-
-def zero_loss(module: torch.nn.Module) -> torch.Tensor:
-    """A loss of exactly 0 that reaches every trainable parameter.
-
-    For a training batch whose items were all unreadable: under DDP every rank must still run
-    a backward pass (the gradient all-reduce waits for all of them), so the step cannot simply
-    be skipped on one rank.
-    """
-    return sum(p.sum() for p in module.parameters() if p.requires_grad) * 0.0
