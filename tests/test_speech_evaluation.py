@@ -1,4 +1,5 @@
-"""Evaluation groups: the engine dev set, every group in one folder, and the WER/CER table."""
+"""The recognizer's evaluation: the groups (``prepare devsets``), the conditions, and the ``evaluate``
+and ``tune`` commands on them."""
 
 from __future__ import annotations
 
@@ -6,20 +7,23 @@ import json
 import shutil
 from pathlib import Path
 
-import engine_devset
-import eval_speech
 import numpy as np
 import pytest
-import recording_check
 import soundfile as sf
-import speech_devsets
+import torch
 from tiny import TINY_SPEECH_CONFIG
 
 from shared.io.model_files import export_folder
 from speech_attend.builtin.corpus import prepare_synth
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
+from speech_attend.cli import main as speech_attend
+from speech_attend.data.audio import load_audio
 from speech_attend.data.readers import read_librispeech
 from speech_attend.data.text import normalize_text
+from speech_attend.evaluate import devsets as devsets_module
+from speech_attend.evaluate import engines
+from speech_attend.evaluate.conditions import apply, parse_condition, parse_conditions
+from speech_attend.evaluate.tune import parse_setting
 from speech_attend.model.las import build_recognizer
 
 HAVE_ENGINES = shutil.which("flite") is not None and shutil.which("text2wave") is not None
@@ -29,7 +33,7 @@ NO_ENGINES = "flite and festival are Debian packages (apt-get install flite fest
 @pytest.fixture(scope="module")
 def devsets(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("devsets") / "groups"
-    speech_devsets.build(out, per_group=2, seed=0, engines=HAVE_ENGINES, human=None)
+    devsets_module.build(out, per_group=2, seed=0, engines=HAVE_ENGINES, human=None)
     return out
 
 
@@ -53,8 +57,10 @@ def test_devsets_build_every_group_as_a_readable_corpus(devsets):
     assert not (devsets / "train").exists()
 
 
-def test_espeak_only_writes_a_group_of_other_clips_and_nothing_else(devsets, tmp_path):
-    assert speech_devsets.main(["--out", str(tmp_path / "larger"), "--per-group", "3", "--seed", "7", "--espeak-only"]) == 0
+def test_espeak_only_writes_a_group_of_other_clips_and_nothing_else(devsets, tmp_path, capsys):
+    argv = ["prepare", "devsets", "--out", str(tmp_path / "larger"), "--per-group", "3", "--seed", "7", "--espeak-only"]
+    assert speech_attend(argv) == 0
+    assert "speech-attend evaluate --model MODEL --devsets" in capsys.readouterr().out
     groups = json.loads((tmp_path / "larger" / "devsets.json").read_text())["groups"]
     assert list(groups) == ["espeak_unseen"]
     assert sorted(p.name for p in (tmp_path / "larger").iterdir()) == ["devsets.json", "espeak_unseen"]
@@ -68,115 +74,207 @@ def test_training_corpus_cannot_be_written_beside_evaluation_sets(devsets):
         prepare_synth(devsets, train=2, dev=0, test=0, progress=False)
 
 
+def test_evaluation_sets_cannot_be_written_beside_a_training_corpus(tmp_path, capsys):
+    synth_corpus = prepare_synth(tmp_path / "corpus", train=1, dev=0, test=0, progress=False)
+    assert speech_attend(["prepare", "devsets", "--out", str(synth_corpus), "--per-group", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("speech-attend: error:") and "holds a training corpus" in err and len(err.splitlines()) == 1
+    with pytest.raises(ValueError, match="holds a training corpus"):
+        engines.build_engine_groups(synth_corpus, ["flite"], 1, 0)
+
+
 @pytest.mark.skipif(not HAVE_ENGINES, reason=NO_ENGINES)
-def test_engine_devset_speaks_dev_sentences_with_each_engine(tmp_path):
+def test_engine_groups_speak_dev_sentences_with_each_engine(tmp_path):
     out = tmp_path / "engines"
-    assert engine_devset.main(["--out", str(out), "--count", "2"]) == 0
+    assert sorted(engines.build_engine_groups(out, ["flite", "festival"], 2, 0)) == ["festival", "flite"]
     for engine, first_speaker in (("flite", 7000), ("festival", 7100)):
         utterances = read_librispeech(out, [engine])
         assert len(utterances) == 2 and all(int(u.speaker) >= first_speaker for u in utterances)
-    synth_corpus = tmp_path / "corpus"
-    prepare_synth(synth_corpus, train=1, dev=0, test=0, progress=False)
-    assert engine_devset.main(["--out", str(synth_corpus), "--count", "1"]) == 2  # never beside training data
 
 
 def test_engine_voices_are_named_by_their_speaker_ids():
-    assert engine_devset.voice_of("flite", "7000") == "slt" and engine_devset.voice_of("festival", "7101") == "ked_diphone"
-    assert engine_devset.voice_of("flite", "7005") is None and engine_devset.voice_of("flite", "") is None
-    assert engine_devset.voice_of("espeak_unseen", "7013") is None  # eSpeak's ids run into the engines' numbers
+    assert engines.voice_of("flite", "7000") == "slt" and engines.voice_of("festival", "7101") == "ked_diphone"
+    assert engines.voice_of("flite", "7005") is None and engines.voice_of("flite", "") is None
+    assert engines.voice_of("espeak_unseen", "7013") is None  # eSpeak's ids run into the engines' numbers
 
 
-def test_engine_devset_without_the_programs_names_the_debian_packages(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine_devset.shutil, "which", lambda name: None)
-    assert engine_devset.main(["--out", str(tmp_path / "e")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
+def test_engine_groups_without_the_programs_name_the_debian_packages(tmp_path, monkeypatch):
+    monkeypatch.setattr(engines.shutil, "which", lambda name: None)
+    with pytest.raises(engines.EngineMissing) as missing:
+        engines.build_engine_groups(tmp_path / "e", ["flite", "festival"], 1, 0)
+    assert len(str(missing.value).splitlines()) == 1
     for package in ("flite", "festival", "festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts"):
-        assert package in err
+        assert package in str(missing.value)
 
 
-def test_eval_speech_prints_a_table_of_every_group(devsets, tmp_path, capsys):
+# ----------------------------------------------------------------------------- the conditions
+
+
+def _written(wave: np.ndarray, path: Path) -> np.ndarray:
+    """``wave`` as a 16-bit file holds it."""
+    sf.write(path, wave, 16000, subtype="PCM_16")
+    return sf.read(path)[0]
+
+
+def test_babble_at_10_db_is_the_devsets_own_group_and_other_levels_the_same_babble_quieter(devsets, tmp_path):
+    utterances = sorted(read_librispeech(devsets, ["espeak_unseen"]), key=lambda u: Path(u.audio_path))
+    waves = [load_audio(u.audio_path, 16000) for u in utterances]
+    at10, at30 = apply(parse_condition("babble:10"), waves, seed=0), apply(parse_condition("babble:30"), waves, seed=0)
+    for u, wave, b10, b30 in zip(utterances, waves, at10, at30):
+        own = sf.read(Path(u.audio_path.replace("espeak_unseen", "espeak_babble10")))[0]
+        assert np.array_equal(_written(b10, tmp_path / "b10.flac"), own)  # sample for sample
+        babble10, babble30 = b10 - wave.numpy(), b30 - wave.numpy()
+        assert 15 < 10 * np.log10(np.mean(babble10**2) / np.mean(babble30**2)) < 25
+    rooms = apply(parse_condition("room"), waves, seed=0)
+    for u, room in zip(utterances, rooms):  # the devsets' espeak_reverb: the room's draws are seed + 1
+        assert np.array_equal(
+            _written(room, tmp_path / "r.flac"), sf.read(u.audio_path.replace("espeak_unseen", "espeak_reverb"))[0]
+        )
+
+
+def test_white_noise_is_flat_across_the_band_at_its_snr(devsets):
+    waves = [load_audio(u.audio_path, 16000) for u in read_librispeech(devsets, ["piper_unseen"])]
+    for wave, noisy in zip(waves, apply(parse_condition("white:20"), waves, seed=0)):
+        noise = noisy - wave.numpy()
+        spectrum = np.abs(np.fft.rfft(noise)) ** 2
+        low, high = spectrum[: spectrum.size // 4].mean(), spectrum[-spectrum.size // 4 :].mean()
+        assert 0.7 < low / high < 1.4
+        assert 15 < 10 * np.log10(np.mean(wave.numpy() ** 2) / np.mean(noise**2)) < 30
+
+
+def test_offsets_and_levels_are_written_as_a_sound_card_would():
+    wave = torch.linspace(-0.8, 0.8, 1600)
+    dc = apply(parse_condition("dc:0.3"), [wave], seed=0)[0]
+    assert np.allclose(dc, np.clip(0.5 * wave.numpy() + 0.3, -1, 1)) and dc.max() <= 1.0
+    quiet = apply(parse_condition("level:-50"), [wave], seed=0)[0]
+    assert np.allclose(quiet, wave.numpy() * 10 ** (-50 / 20))
+    assert apply(parse_condition("level:20"), [wave], seed=0)[0].max() == 1.0  # clipped at full scale
+
+
+def test_conditions_run_clean_first_and_gather_the_sounds_without_speech():
+    names = [c.name for c in parse_conditions("level:-50,babble:10,timing:2x3,non-speech:1,non-speech:5,level:-50")]
+    assert names == ["clean", "level:-50", "babble:10", "timing:2x3", "non-speech"]
+    last = parse_conditions("non-speech:1,non-speech:5")[-1]
+    assert last.seconds == (1.0, 5.0)
+    assert [c.name for c in parse_conditions("timing")] == ["timing"]  # no group, no clean
+    assert (parse_condition("long").clips_per_file, parse_condition("long:3").clips_per_file) == (10, 3)
+    for bad in ("babble", "babble:ten", "-50 dB", "long:0", "timing:3", "nope"):
+        with pytest.raises(ValueError, match="is not a condition"):
+            parse_condition(bad)
+
+
+# ----------------------------------------------------------------------------- speech-attend evaluate and tune
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """An untrained tiny recognizer, exported: it errs, and the plumbing is what counts."""
     config = {
         "vocabulary": list("abcdefghijklmnopqrstuvwxyz' "),
         "las": TINY_SPEECH_CONFIG["model"]["las"],
         "decoding": {"beam_size": 1, "max_len_ratio": 0.5},
         "features": {},
     }
-    model = build_recognizer(config)
-    export_folder(tmp_path / "model", "speech-attend", model.state_dict(), config)  # untrained: the plumbing is what counts
+    folder = tmp_path_factory.mktemp("model") / "model"
+    export_folder(folder, "speech-attend", build_recognizer(config).state_dict(), config)
+    return folder
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_evaluate_prints_a_table_of_every_group(devsets, model, capsys):
     groups = ["espeak_reverb", "piper_unseen"]
     assert (
-        eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", ",".join(groups), "--json"])
+        speech_attend(["evaluate", "--model", str(model), "--devsets", str(devsets), "--groups", ",".join(groups), "--json", "-"])
         == 0
     )
-    results = json.loads(capsys.readouterr().out)
-    assert list(results) == groups
-    for r in results.values():
+    results = _json(capsys)
+    assert results["model"] == str(model) and list(results["groups"]) == groups
+    for by_condition in results["groups"].values():
+        (r,) = by_condition.values()
         assert r["utterances"] == 2 and np.isfinite(r["wer"]) and np.isfinite(r["cer"]) and r["failed"] == 0
-    assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen"]) == 0
+        assert "wer_ratio" not in r  # clean alone: nothing to set against it
+    assert speech_attend(["evaluate", "--model", str(model), "--devsets", str(devsets), "--groups", "espeak_unseen"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["group", "utts", "WER", "CER"] and table[1].split()[:2] == ["espeak_unseen", "2"]
-    assert (
-        eval_speech.main(
-            ["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen", "--by-speaker", "--json"]
-        )
-        == 0
-    )
-    group = json.loads(capsys.readouterr().out)["espeak_unseen"]
+    assert table[0].split()[:5] == ["group", "condition", "utts", "WER", "CER"]
+    assert table[1].split()[:3] == ["espeak_unseen", "clean", "2"]
+    argv = [
+        "evaluate",
+        "--model",
+        str(model),
+        "--devsets",
+        str(devsets),
+        "--groups",
+        "espeak_unseen",
+        "--by-speaker",
+        "--json",
+        "-",
+    ]
+    assert speech_attend(argv) == 0
+    group = _json(capsys)["groups"]["espeak_unseen"]["clean"]
     speakers = {u.speaker for u in read_librispeech(devsets, ["espeak_unseen"])}
     assert set(group["speakers"]) == speakers and sum(s["utterances"] for s in group["speakers"].values()) == group["utterances"]
-    assert eval_speech.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
-    assert "nope" in capsys.readouterr().err
+    assert speech_attend(["evaluate", "--model", str(model), "--devsets", str(devsets), "--groups", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and err.startswith("speech-attend: error:") and len(err.strip().splitlines()) == 1
 
 
-def test_recording_check_gives_each_condition_s_wer_ratio_with_its_interval(devsets, tmp_path, capsys, monkeypatch):
-    config = {
-        "vocabulary": list("abcdefghijklmnopqrstuvwxyz' "),
-        "las": TINY_SPEECH_CONFIG["model"]["las"],
-        "decoding": {"beam_size": 1, "max_len_ratio": 0.1},
-        "features": {},
-    }
-    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: it errs
-    conditions = {name: recording_check.CONDITIONS[name] for name in ("clean", "dc+0.3", "-50 dB")}
-    monkeypatch.setattr(recording_check, "CONDITIONS", conditions)
-    assert (
-        recording_check.main(
-            ["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "espeak_unseen", "--json"]
-        )
-        == 0
-    )
-    by_condition = json.loads(capsys.readouterr().out)["espeak_unseen"]
-    assert list(by_condition) == list(conditions)
+def test_evaluate_gives_each_condition_s_wer_ratio_to_clean_with_its_interval(devsets, model, tmp_path, capsys):
+    report = tmp_path / "results.json"
+    argv = ["evaluate", "--model", str(model), "--devsets", str(devsets), "--groups", "espeak_unseen,piper_unseen"]
+    assert speech_attend([*argv, "--conditions", "dc:0.3,level:-50,babble:10", "--json", str(report)]) == 0
+    assert "espeak_unseen" in capsys.readouterr().out  # the table, and the file beside it
+    by_condition = json.loads(report.read_text())["groups"]["espeak_unseen"]
+    assert list(by_condition) == ["clean", "dc:0.3", "level:-50", "babble:10"]  # clean first: the ratios' reference
     assert by_condition["clean"]["wer_ratio"] == 1.0 and by_condition["clean"]["wer_ratio_95"] == [1.0, 1.0]
     for r in by_condition.values():
         low, high = r["wer_ratio_95"]
         assert r["wer_ratio"] == pytest.approx(r["wer"] / by_condition["clean"]["wer"]) and low <= r["wer_ratio"] <= high
-    assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--groups", "nope"]) == 2
-    assert "nope" in capsys.readouterr().err
+        assert r["utterances"] == 2
+    assert speech_attend([*argv, "--conditions", "level:-50", "--json", "-"]) == 0
+    only = _json(capsys)["groups"]["espeak_unseen"]
+    assert list(only) == ["clean", "level:-50"]
+    assert only["level:-50"]["wer"] == by_condition["level:-50"]["wer"]
+    assert only["level:-50"]["wer_ratio"] == by_condition["level:-50"]["wer_ratio"]
+    assert speech_attend([*argv, "--conditions", "-60 dB"]) == 2
+    assert "'-60 dB' is not a condition" in capsys.readouterr().err
+    missing = tmp_path / "no_model"
+    assert speech_attend(["evaluate", "--model", str(missing), "--devsets", str(devsets)]) == 2
+    assert f"{missing}: checkpoint not found" in capsys.readouterr().err
+
+
+def test_evaluate_joins_each_speaker_s_clips_into_long_files(devsets, model, capsys):
+    argv = ["evaluate", "--model", str(model), "--devsets", str(devsets), "--groups", "espeak_unseen", "--conditions", "long:2"]
+    assert speech_attend([*argv, "--json", "-"]) == 0
+    by_condition = _json(capsys)["groups"]["espeak_unseen"]
+    speakers = [u.speaker for u in read_librispeech(devsets, ["espeak_unseen"])]
+    files = sum(-(-speakers.count(s) // 2) for s in set(speakers))
+    assert list(by_condition) == ["clean", "long:2"] and by_condition["long:2"]["files"] == files
+    assert by_condition["long:2"]["chunks"] >= files and by_condition["long:2"]["audio_seconds"] > 0
+
+
+def test_tune_scores_each_setting_against_the_first_with_a_bootstrap_interval(devsets, model, capsys):
+    argv = ["tune", "--model", str(model), "--devsets", str(devsets), "--groups", "espeak_unseen,piper_unseen"]
     assert (
-        recording_check.main(
-            [
-                "--ckpt",
-                str(tmp_path / "model"),
-                "--devsets",
-                str(devsets),
-                "--groups",
-                "espeak_unseen",
-                "--conditions",
-                "-50 dB",
-                "--json",
-            ]
-        )
-        == 0
+        speech_attend([*argv, "--settings", "-", "-", "beam_size=2", "--split", f"{devsets}:espeak_reverb", "--json", "-"]) == 0
     )
-    only = json.loads(capsys.readouterr().out)["espeak_unseen"]
-    assert list(only) == ["clean", "-50 dB"]  # clean always, first: the ratio's reference
+    out = _json(capsys)
+    base, same, wider = out["results"]
     assert (
-        only["-50 dB"]["wer"] == by_condition["-50 dB"]["wer"]
-        and only["-50 dB"]["wer_ratio"] == by_condition["-50 dB"]["wer_ratio"]
-    )
-    assert recording_check.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--conditions", "-60 dB"]) == 2
-    assert "-60 dB" in capsys.readouterr().err
+        "difference_95" not in base and same["wer"] == base["wer"] and same["difference_95"] == [0.0, 0.0]
+    )  # one decoding, twice
+    assert wider["setting"] == {"beam_size": 2}
+    low, high = wider["difference_95"]
+    assert low <= high and base["mean"] == pytest.approx(sum(base["wer"].values()) / 2)
+    assert all(0 <= r["split_wer"] for r in out["results"]) and out["best"] in out["results"]
+    assert speech_attend([*argv, "--settings", "-", "beam_size=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["setting", "espeak_uns", "piper_unse"] and any(line.startswith("best: ") for line in lines)
+    assert speech_attend([*argv, "--settings", "beam=3"]) == 2
+    assert "--settings 'beam=3'" in capsys.readouterr().err
+    assert parse_setting("beam_size=48,ctc_weight=0.15") == {"beam_size": 48, "ctc_weight": 0.15}
 
 
 def _fake_alsa_sounds(folder: Path, clips: list[str]) -> Path:
@@ -189,9 +287,9 @@ def _fake_alsa_sounds(folder: Path, clips: list[str]) -> Path:
 
 
 def test_human_group_takes_each_alsa_clip_s_words_from_its_name(tmp_path):
-    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS + ["Noise"])
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", devsets_module._ALSA_CLIPS + ["Noise"])
     out = tmp_path / "groups"
-    groups = speech_devsets.build(out, per_group=1, seed=0, engines=False, human=sounds)
+    groups = devsets_module.build(out, per_group=1, seed=0, engines=False, human=sounds)
     assert "human_alsa" in groups and "human_alsa" in json.loads((out / "devsets.json").read_text())["groups"]
     utterances = read_librispeech(out, ["human_alsa"])
     assert [u.text for u in utterances] == [
@@ -209,122 +307,10 @@ def test_human_group_takes_each_alsa_clip_s_words_from_its_name(tmp_path):
 
 
 def test_human_group_without_alsa_utils_is_left_out_with_a_note(tmp_path, capsys):
-    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS[:3])  # a partial install
-    groups = speech_devsets.build(tmp_path / "groups", per_group=1, seed=0, engines=False, human=sounds)
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", devsets_module._ALSA_CLIPS[:3])  # a partial install
+    groups = devsets_module.build(tmp_path / "groups", per_group=1, seed=0, engines=False, human=sounds)
     assert "human_alsa" not in groups and not (tmp_path / "groups" / "human_alsa").exists()
     assert "human_alsa skipped" in capsys.readouterr().out
-
-
-def test_babble_curve_writes_the_devsets_babble_at_each_level_and_scores_it(devsets, tmp_path, capsys):
-    import babble_curve
-
-    config = {
-        "vocabulary": list("abcdefghijklmnopqrstuvwxyz' "),
-        "las": TINY_SPEECH_CONFIG["model"]["las"],
-        "decoding": {"beam_size": 1, "max_len_ratio": 0.5},
-        "features": {},
-    }
-    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: the plumbing
-    out = tmp_path / "curve"
-    assert (
-        babble_curve.main(
-            ["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--out", str(out), "--snrs", "10,30", "--json"]
-        )
-        == 0
-    )
-    results = json.loads(capsys.readouterr().out)
-    assert list(results) == ["espeak_unseen", "espeak_babble10", "espeak_babble30"]
-    assert results["espeak_unseen"]["wer_ratio"] == 1.0 and all(r["utterances"] == 2 for r in results.values())
-    clean = {u.utt_id: sf.read(u.audio_path)[0] for u in read_librispeech(devsets, ["espeak_unseen"])}
-    for u in read_librispeech(devsets, ["espeak_babble10"]):  # 10 dB: the devsets' own group, sample for sample
-        assert np.array_equal(sf.read(out / Path(u.audio_path).relative_to(devsets))[0], sf.read(u.audio_path)[0])
-    for u in read_librispeech(out, ["espeak_babble30"]):  # 30 dB: the same babble, 20 dB quieter
-        babble30 = sf.read(u.audio_path)[0] - clean[u.utt_id]
-        babble10 = (
-            sf.read(devsets / Path(u.audio_path).relative_to(out).as_posix().replace("babble30", "babble10"))[0] - clean[u.utt_id]
-        )
-        assert 15 < 10 * np.log10(np.mean(babble10**2) / np.mean(babble30**2)) < 25
-    assert (
-        babble_curve.main(
-            [
-                "--ckpt",
-                str(tmp_path / "model"),
-                "--devsets",
-                str(devsets),
-                "--out",
-                str(out),
-                "--snrs",
-                "20",
-                "--noise",
-                "white",
-                "--source",
-                "piper_unseen",
-                "--json",
-            ]
-        )
-        == 0
-    )
-    results = json.loads(capsys.readouterr().out)
-    assert list(results) == ["piper_unseen", "piper_white20"]
-    clean = {u.utt_id: sf.read(u.audio_path)[0] for u in read_librispeech(devsets, ["piper_unseen"])}
-    for u in read_librispeech(out, ["piper_white20"]):  # white: flat across the band, 20 dB under the active speech
-        noise = sf.read(u.audio_path)[0] - clean[u.utt_id]
-        spectrum = np.abs(np.fft.rfft(noise)) ** 2
-        low, high = spectrum[: spectrum.size // 4].mean(), spectrum[-spectrum.size // 4 :].mean()
-        assert 0.7 < low / high < 1.4
-        assert 15 < 10 * np.log10(np.mean(clean[u.utt_id] ** 2) / np.mean(noise**2)) < 30
-    assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--snrs", "ten"]) == 2
-    assert "--snrs 'ten'" in capsys.readouterr().err
-    assert babble_curve.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--source", "nope"]) == 2
-    assert "nope: not found" in capsys.readouterr().err
-    missing = tmp_path / "no_model"
-    assert babble_curve.main(["--ckpt", str(missing), "--devsets", str(devsets), "--out", str(tmp_path / "none")]) == 2
-    assert f"{missing}: checkpoint not found" in capsys.readouterr().err and not (tmp_path / "none").exists()
-
-
-def test_decode_sweep_scores_each_setting_against_the_first_with_a_bootstrap_interval(devsets, tmp_path, capsys):
-    import decode_sweep
-
-    config = {
-        "vocabulary": list("abcdefghijklmnopqrstuvwxyz' "),
-        "las": TINY_SPEECH_CONFIG["model"]["las"],
-        "decoding": {"beam_size": 1, "max_len_ratio": 0.5},
-        "features": {},
-    }
-    export_folder(tmp_path / "model", "speech-attend", build_recognizer(config).state_dict(), config)  # untrained: the plumbing
-    groups = "espeak_unseen,piper_unseen"
-    assert (
-        decode_sweep.main(
-            [
-                "--ckpt",
-                str(tmp_path / "model"),
-                "--devsets",
-                str(devsets),
-                "--groups",
-                groups,
-                "--settings",
-                "-",
-                "-",
-                "beam_size=2",
-                "--split",
-                f"{devsets}:espeak_reverb",
-                "--json",
-            ]
-        )
-        == 0
-    )
-    out = json.loads(capsys.readouterr().out)
-    base, same, wider = out["results"]
-    assert (
-        "difference_95" not in base and same["wer"] == base["wer"] and same["difference_95"] == [0.0, 0.0]
-    )  # one decoding, twice
-    assert wider["setting"] == {"beam_size": 2}
-    low, high = wider["difference_95"]
-    assert low <= high and base["mean"] == pytest.approx(sum(base["wer"].values()) / 2)
-    assert all(0 <= r["split_wer"] for r in out["results"])
-    assert decode_sweep.main(["--ckpt", str(tmp_path / "model"), "--devsets", str(devsets), "--settings", "beam=3"]) == 2
-    assert "--settings 'beam=3'" in capsys.readouterr().err
-    assert decode_sweep.parse_setting("beam_size=48,ctc_weight=0.15") == {"beam_size": 48, "ctc_weight": 0.15}
 
 
 def _fake_pocketsphinx_data(folder: Path) -> Path:
@@ -364,9 +350,9 @@ def _fake_committed_clips(folder: Path) -> Path:
 
 def test_human_group_gathers_every_source_as_its_own_speaker_with_its_source(tmp_path):
     out = tmp_path / "groups"
-    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS)
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", devsets_module._ALSA_CLIPS)
     package, committed = _fake_pocketsphinx_data(tmp_path / "ps"), _fake_committed_clips(tmp_path / "ours")
-    groups = speech_devsets.build(
+    groups = devsets_module.build(
         out, per_group=1, seed=0, engines=False, human=sounds, pocketsphinx=package, human_speech=committed, human_only=True
     )
     assert sorted(groups) == ["human", "human_alsa"] and sorted(p.name for p in out.iterdir()) == [
@@ -426,8 +412,8 @@ def test_human_group_gathers_every_source_as_its_own_speaker_with_its_source(tmp
 
 def test_human_group_without_pocketsphinx_testdata_is_left_out_with_a_note(tmp_path, capsys):
     out = tmp_path / "groups"
-    sounds = _fake_alsa_sounds(tmp_path / "alsa", speech_devsets._ALSA_CLIPS)
-    groups = speech_devsets.build(
+    sounds = _fake_alsa_sounds(tmp_path / "alsa", devsets_module._ALSA_CLIPS)
+    groups = devsets_module.build(
         out, per_group=1, seed=0, engines=False, human=sounds, pocketsphinx=tmp_path / "not_installed", human_only=True
     )
     assert list(groups) == ["human_alsa"] and not (out / "human").exists()
@@ -437,11 +423,11 @@ def test_human_group_without_pocketsphinx_testdata_is_left_out_with_a_note(tmp_p
 
 
 def test_committed_human_clips_are_16_khz_flac_with_normalised_words_and_a_licence():
-    clips = json.loads((speech_devsets.HUMAN_SPEECH / "clips.json").read_text())
-    readme = (speech_devsets.HUMAN_SPEECH / "README.md").read_text()
+    clips = json.loads((devsets_module.HUMAN_SPEECH / "clips.json").read_text())
+    readme = (devsets_module.HUMAN_SPEECH / "README.md").read_text()
     for clip in clips:
-        info = sf.info(speech_devsets.HUMAN_SPEECH / clip["file"])
+        info = sf.info(devsets_module.HUMAN_SPEECH / clip["file"])
         assert (info.samplerate, info.channels, info.format) == (16000, 1, "FLAC")
         assert clip["text"] == normalize_text(clip["text"]).upper() and clip["licence"]
         assert all(clip[key] in readme for key in ("file", "repository", "path", "text"))
-    assert sum(p.stat().st_size for p in speech_devsets.HUMAN_SPEECH.iterdir()) < 3_000_000
+    assert sum(p.stat().st_size for p in devsets_module.HUMAN_SPEECH.iterdir()) < 3_000_000

@@ -1,128 +1,227 @@
-"""Recordings as people make them: WER of a recognizer with a DC offset and at low levels.
+"""The conditions a recognizer is scored under: noise, rooms, recordings as people make them, long files.
 
-    python scripts/recording_check.py --ckpt CKPT --devsets DIR [--groups espeak_unseen,piper_unseen] [--json]
-    python scripts/recording_check.py --ckpt CKPT --devsets DIR --groups espeak_unseen --conditions "-50 dB"
+A condition is named as ``speech-attend evaluate --conditions`` takes it:
 
-Each clip of each group (speech never heard in training: ``scripts/speech_devsets.py``) is written
-again as a 16-bit WAV, as a sound card would store it, under each condition:
+- ``clean``: each clip as it is (the reference of every ratio);
+- ``babble:SNR``: babble of 3 to 7 of the group's other clips at ``SNR`` dB on the active speech
+  (``babble:10`` of ``espeak_unseen`` is the devsets' ``espeak_babble10``, sample for sample);
+- ``white:SNR``: white noise at ``SNR`` dB (a 16-bit file recorded 50 dB too low holds about
+  ``white:30`` once its level is set);
+- ``room``: a simulated room, RT60 0.3 to 0.8 s (of ``espeak_unseen``: the devsets' ``espeak_reverb``);
+- ``dc:OFFSET``: scaled by 0.5, then shifted by a constant ``OFFSET`` (full scale 1.0), as cheap
+  sound cards add;
+- ``level:DB``: the level changed by ``DB`` (``level:-50``, a microphone's gain set far too low: the
+  loudest samples are a few hundred steps of the 16-bit scale);
+- ``long[:N]``: each speaker's clips joined ``N`` at a time (default 10), 0.25 s of silence between
+  them, into files that ``transcribe`` cuts at its pauses: what chunking costs;
+- ``timing[:FILESxPER_FILE]``: word and segment times against the truth, on files of eSpeak speech
+  made for it (default 25x4; :mod:`speech_attend.evaluate.word_times`), whatever the groups;
+- ``non-speech[:SECONDS]``: sounds that hold no speech (silence, noise, hum, tones), ``SECONDS``
+  long (default 1, 5, 20 and 60), whatever the groups: how many come out with words.
 
-- ``clean``: as it is;
-- ``dc+0.3`` / ``dc-0.3``: scaled by 0.5, then shifted by a constant +0.3 or -0.3 (full scale 1.0);
-- ``-20 dB`` / ``-40 dB`` / ``-50 dB``: the level lowered (a microphone's gain set too low); at
-  -50 dB the loudest samples are a few hundred steps of the 16-bit scale.
-
-and transcribed with the model's own decoding. Prints WER and CER per group and condition, and
-each condition's WER against the clean one with its 95 % paired bootstrap interval (the same
-clips drawn for both conditions): on 200 clips a ratio of 1.12 is not told from 1.10 when the
-interval spans both. ``--conditions`` runs some of them (``clean`` always, first: the ratios'
-reference), for a larger group (``speech_devsets.py --espeak-only``) in a third of the time.
+A clip's condition is a function ``change(wave, others, generator)`` of the clip `(T,)` at 16 kHz,
+the group's other clips and a seeded generator, which :func:`apply` draws from clip after clip
+(in the order of their paths), as the devsets' derived groups are made. The changed clips are
+written as 16-bit files, as a sound card stores them: noise and rooms scaled down to a 0.98 peak
+where they exceed it and written as FLAC (as the devsets' groups are: the same samples), offsets
+and levels clipped to full scale and written as WAV (whose writer rounds down where FLAC's rounds
+to the nearest step: the quiet files as every measurement of them so far was made).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import tempfile
-from pathlib import Path
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
-import soundfile as sf
+import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval_speech import groups_of  # noqa: E402
+from speech_attend.data.augment import add_noise, babble, coloured_noise, reverberate, room_impulse_response
 
-from speech_attend.data.audio import load_audio  # noqa: E402
-from speech_attend.data.readers import read_librispeech  # noqa: E402
-from speech_attend.data.text import normalize_text  # noqa: E402
-from speech_attend.evaluate.metrics import edit_ratio_interval, speech_metrics, utterance_word_edits  # noqa: E402
-from speech_attend.infer.transcribe import Transcriber  # noqa: E402
+__all__ = [
+    "SAMPLE_RATE",
+    "Condition",
+    "LongFiles",
+    "WordTimes",
+    "NonSpeech",
+    "with_babble",
+    "with_white_noise",
+    "in_a_room",
+    "limit_peak",
+    "parse_condition",
+    "parse_conditions",
+    "apply",
+]
 
-RATE = 16000
-CONDITIONS = {
-    "clean": lambda x: x,
-    "dc+0.3": lambda x: 0.5 * x + 0.3,
-    "dc-0.3": lambda x: 0.5 * x - 0.3,
-    "-20 dB": lambda x: x * 10 ** (-20 / 20),
-    "-40 dB": lambda x: x * 10 ** (-40 / 20),
-    "-50 dB": lambda x: x * 10 ** (-50 / 20),
-}
+SAMPLE_RATE = 16000
+MAX_PEAK = 0.98  # noise and rooms written below 16-bit clipping
+BABBLE_SNR_DB = 10.0
+RT60 = (0.3, 0.8)  # seconds
+DIRECT_TO_REVERB_DB = (0.0, 6.0)
+NON_SPEECH_SECONDS = (1.0, 5.0, 20.0, 60.0)
+
+Change = Callable[[torch.Tensor, list[torch.Tensor], torch.Generator], np.ndarray]
 
 
-def check(
-    transcriber: Transcriber, devsets: Path, group: str, work: Path, conditions: list[str] | None = None
-) -> dict[str, dict]:
-    """WER/CER of one group under each of ``conditions`` (default: all), clean first."""
-    utterances = read_librispeech(devsets, [group])
-    references = [normalize_text(u.text) for u in utterances]
-    waves = [load_audio(u.audio_path, RATE).numpy() for u in utterances]
-    results, clean_edits = {}, None
-    for name, condition in CONDITIONS.items():
-        if conditions is not None and name != "clean" and name not in conditions:
+@dataclass(frozen=True)
+class Condition:
+    """What is done to each clip of a group.
+
+    Args:
+        name (str): as given on the command line (``"babble:10"``).
+        change (callable or None): ``(wave, others, generator) -> float32 array`` ready to write; ``None``: ``clean``.
+        seed_offset (int, optional): added to the draws' seed (``room``: 1, as the devsets' ``espeak_reverb``). (Default: ``0``)
+        suffix (str, optional): the 16-bit file the changed clips are written as, ``".flac"`` or ``".wav"``. (Default: ``".flac"``)
+    """
+
+    name: str
+    change: Change | None = None
+    seed_offset: int = 0
+    suffix: str = ".flac"
+
+
+@dataclass(frozen=True)
+class LongFiles:
+    """``long[:N]``: a speaker's clips joined ``clips_per_file`` at a time, ``pause_s`` of silence between them."""
+
+    name: str
+    clips_per_file: int = 10
+    pause_s: float = 0.25
+
+
+@dataclass(frozen=True)
+class WordTimes:
+    """``timing[:FILESxPER_FILE]``: ``files`` files of ``per_file`` eSpeak utterances with their true word times."""
+
+    name: str
+    files: int = 25
+    per_file: int = 4
+
+
+@dataclass(frozen=True)
+class NonSpeech:
+    """``non-speech[:SECONDS]``: sounds without speech of these lengths."""
+
+    name: str
+    seconds: tuple[float, ...] = NON_SPEECH_SECONDS
+
+
+def limit_peak(wave: np.ndarray, max_peak: float = MAX_PEAK) -> np.ndarray:
+    """``wave`` scaled down so that its peak is at most ``max_peak`` (unchanged if it is)."""
+    peak = float(np.abs(wave).max()) if wave.size else 0.0
+    return wave * (max_peak / peak) if peak > max_peak else wave
+
+
+def with_babble(
+    wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator, snr_db: float = BABBLE_SNR_DB
+) -> torch.Tensor:
+    """``wave`` with babble of 3 to 7 of ``others`` (drawn with replacement) at ``snr_db`` on its active speech."""
+    talkers = 3 + int(torch.randint(5, (), generator=generator))  # 3 to 7
+    chosen = [others[int(j)] for j in torch.randint(len(others), (talkers,), generator=generator)]
+    return add_noise(wave, babble(chosen, wave.numel(), generator), snr_db, SAMPLE_RATE)
+
+
+def with_white_noise(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator, snr_db: float) -> torch.Tensor:
+    """``wave`` with white noise at ``snr_db`` on its active speech."""
+    return add_noise(wave, coloured_noise(wave.numel(), "white", generator), snr_db, SAMPLE_RATE)
+
+
+def in_a_room(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
+    """``wave`` in a simulated room (RT60 and direct-to-reverberant ratio drawn), at the clip's own peak level."""
+
+    def draw(low_high):
+        return low_high[0] + (low_high[1] - low_high[0]) * float(torch.rand((), generator=generator))
+
+    rir = room_impulse_response(draw(RT60), draw(DIRECT_TO_REVERB_DB), SAMPLE_RATE, generator)
+    wet = reverberate(wave, rir)
+    return wet * (wave.abs().max() / wet.abs().max().clamp_min(1e-9))
+
+
+def _noise(add: Callable[..., torch.Tensor], **settings: float) -> Change:
+    return lambda wave, others, generator: limit_peak(add(wave, others, generator, **settings).numpy())
+
+
+def _recorded(scale: float, offset: float) -> Change:
+    return lambda wave, others, generator: np.clip(scale * wave.numpy() + offset, -1.0, 1.0)
+
+
+def _level(db: float) -> Change:
+    return lambda wave, others, generator: np.clip(wave.numpy() * 10 ** (db / 20), -1.0, 1.0)
+
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)"
+_FORMS = "clean, babble:SNR, white:SNR, room, dc:OFFSET, level:DB, long[:N], timing[:FILESxPER_FILE], non-speech[:SECONDS]"
+
+
+def parse_condition(text: str) -> Condition | LongFiles | WordTimes | NonSpeech:
+    """One condition from its name (the forms in the module docstring).
+
+    Raises:
+        ValueError: a name none of the forms reads, saying which forms there are.
+    """
+    name = text.strip()
+    kind, _, value = name.partition(":")
+    number = re.fullmatch(_NUMBER, value) is not None
+    if name == "clean":
+        return Condition(name)
+    if kind in ("babble", "white") and number:
+        add = with_babble if kind == "babble" else with_white_noise
+        return Condition(name, _noise(add, snr_db=float(value)))
+    if name == "room":
+        return Condition(name, _noise(in_a_room), seed_offset=1)
+    if kind == "dc" and number:
+        return Condition(name, _recorded(0.5, float(value)), suffix=".wav")
+    if kind == "level" and number:
+        return Condition(name, _level(float(value)), suffix=".wav")
+    if kind == "long" and (not value or value.isdigit() and int(value) >= 1):
+        return LongFiles(name, int(value or LongFiles.clips_per_file))
+    sizes = re.fullmatch(r"(\d+)x(\d+)", value)
+    if kind == "timing" and (not value or sizes and int(sizes[1]) >= 1 and int(sizes[2]) >= 1):
+        return WordTimes(name) if not value else WordTimes(name, int(sizes[1]), int(sizes[2]))
+    if kind == "non-speech" and (not value or number and float(value) > 0):
+        return NonSpeech(name) if not value else NonSpeech(name, (float(value),))
+    raise ValueError(f"--conditions: {name!r} is not a condition; expected some of {_FORMS}")
+
+
+def parse_conditions(text: str) -> list[Condition | LongFiles | WordTimes | NonSpeech]:
+    """Comma-separated conditions, in order, each once; ``clean`` first whenever a group is changed
+    (every ratio's reference), and the lengths of several ``non-speech`` entries gathered in one."""
+    parsed, seen, lengths = [], set(), []
+    for piece in (p for p in text.split(",") if p.strip()):
+        condition = parse_condition(piece)
+        if condition.name in seen:
             continue
-        folder = work / group / name.replace(" ", "").replace("+", "p").replace("-", "m")
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for i, wave in enumerate(waves):
-            paths.append(folder / f"{i:04d}.wav")
-            sf.write(paths[-1], np.clip(condition(wave), -1.0, 1.0), RATE, subtype="PCM_16")
-        texts = [normalize_text(r.text) if not isinstance(r, ValueError) else "" for r in transcriber.transcribe_many(paths)]
-        edits = utterance_word_edits(references, texts)
-        clean_edits = edits if clean_edits is None else clean_edits  # "clean" comes first
-        defined = sum(clean_edits) > 0  # a clean transcript without an error leaves the ratio undefined
-        results[name] = {
-            "utterances": len(paths),
-            **speech_metrics(references, texts),
-            "empty": sum(not t for t in texts),
-            "wer_ratio": sum(edits) / sum(clean_edits) if defined else None,
-            "wer_ratio_95": edit_ratio_interval(clean_edits, edits) if defined else None,
-        }
-    return results
+        seen.add(condition.name)
+        if isinstance(condition, NonSpeech):
+            lengths += [s for s in condition.seconds if s not in lengths]
+            continue
+        parsed.append(condition)
+    if not parsed and not lengths:
+        raise ValueError(f"--conditions {text!r}: no condition; expected some of {_FORMS}")
+    on_groups = [c for c in parsed if isinstance(c, (Condition, LongFiles))]
+    if on_groups and on_groups[0].name != "clean":
+        parsed = [Condition("clean")] + [c for c in parsed if c.name != "clean"]
+    if lengths:
+        parsed.append(NonSpeech("non-speech", tuple(lengths)))
+    return parsed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
-    parser.add_argument("--devsets", required=True, type=Path, help="folder of evaluation groups (scripts/speech_devsets.py)")
-    parser.add_argument(
-        "--groups", default="espeak_unseen,piper_unseen", help="comma-separated groups (default: espeak_unseen,piper_unseen)"
-    )
-    parser.add_argument(
-        "--conditions",
-        default=None,
-        help=f"comma-separated conditions (default: all of {', '.join(CONDITIONS)}); clean always runs",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object: group -> condition -> results")
-    args = parser.parse_args(argv)
-    try:
-        available = groups_of(args.devsets) if args.devsets.is_dir() else []
-        groups = [g.strip() for g in args.groups.split(",") if g.strip()]
-        missing = [g for g in groups if g not in available]
-        if missing:
-            raise ValueError(f"{args.devsets}: no group(s) {missing}; it has {available}")
-        conditions = None if args.conditions is None else [c.strip() for c in args.conditions.split(",") if c.strip()]
-        unknown = [c for c in conditions or [] if c not in CONDITIONS]
-        if unknown:
-            raise ValueError(f"--conditions: no condition(s) {unknown}; there are {list(CONDITIONS)}")
-        transcriber = Transcriber(args.ckpt)
-        with tempfile.TemporaryDirectory() as work:
-            results = {group: check(transcriber, args.devsets, group, Path(work), conditions) for group in groups}
-    except (ValueError, RuntimeError, OSError) as err:
-        print(f"recording_check: error: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return 0
-    print(f"{'group':<16}{'condition':<10}{'WER':>7}{'CER':>7}{'WER / clean':>13}{'95 % interval':>16}{'empty':>7}")
-    for group, by_condition in results.items():
-        for name, r in by_condition.items():
-            ratio, interval = (
-                ("-", "-") if r["wer_ratio"] is None else (f"{r['wer_ratio']:.3f}", "{:.3f}-{:.3f}".format(*r["wer_ratio_95"]))
-            )
-            print(f"{group:<16}{name:<10}{r['wer']:>7.3f}{r['cer']:>7.3f}{ratio:>13}{interval:>16}{r['empty']:>7}")
-    return 0
+def apply(condition: Condition, waves: list[torch.Tensor], seed: int) -> list[np.ndarray]:
+    """Each clip of a group under ``condition``, in order: one generator seeded ``seed +
+    condition.seed_offset`` draws for every clip in turn, each clip's ``others`` the rest of the group.
 
+    Args:
+        condition (Condition): with a ``change`` (not ``clean``).
+        waves (list[torch.Tensor]): the group's clips `(T_i,)` at 16 kHz, in the order of their paths.
+        seed (int): the draws' seed (the devsets' own, for their groups' draws).
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+    Returns:
+        list[np.ndarray]: float32 waveforms to write as 16-bit files.
+    """
+    if condition.change is None:
+        raise ValueError(f"{condition.name}: changes no clip")
+    if condition.name.startswith("babble") and len(waves) < 2:
+        raise ValueError(f"{condition.name}: babble needs a group of at least 2 clips, got {len(waves)}")
+    generator = torch.Generator().manual_seed(seed + condition.seed_offset)
+    return [condition.change(wave, waves[:i] + waves[i + 1 :], generator) for i, wave in enumerate(waves)]

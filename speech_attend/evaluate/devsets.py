@@ -1,8 +1,8 @@
 """Every evaluation group of the recognizer, built deterministically into one folder.
 
-    python scripts/speech_devsets.py --out DIR [--per-group 200] [--seed 0] [--no-engines]
-    python scripts/speech_devsets.py --out DIR --per-group 1000 --seed 7 --espeak-only
-    python scripts/speech_devsets.py --out DIR --human-only
+    speech-attend prepare devsets --out DIR [--per-group 200] [--seed 0] [--no-engines]
+    speech-attend prepare devsets --out DIR --per-group 1000 --seed 7 --espeak-only
+    speech-attend prepare devsets --out DIR --human-only
 
 Groups (each a LibriSpeech-layout subset ``DIR/<group>/<speaker>/<chapter>/...``, 16 kHz FLAC
 with ``trans.txt``, listed with a description in ``DIR/devsets.json``):
@@ -11,64 +11,57 @@ with ``trans.txt``, listed with a description in ``DIR/devsets.json``):
   variants never heard in training;
 - ``piper_unseen``: new sentences, the piper voice at pitch and formant shifts never used in
   training (skipped, with a note, when piper is not installed);
-- ``flite``, ``festival``: engines never used for training (``scripts/engine_devset.py``;
+- ``flite``, ``festival``: engines never used for training (:mod:`speech_attend.evaluate.engines`;
   skipped, with a note, when the Debian packages are missing, or with ``--no-engines``);
-- ``espeak_babble10``: the clips of ``espeak_unseen`` with babble of 3 to 7 of the others at 10 dB SNR;
-- ``espeak_reverb``: the clips of ``espeak_unseen`` in simulated rooms (RT60 0.3 to 0.8 s);
+- ``espeak_babble10``: the clips of ``espeak_unseen`` with babble of 3 to 7 of the others at 10 dB
+  SNR (the condition ``babble:10`` of :mod:`speech_attend.evaluate.conditions`);
+- ``espeak_reverb``: the clips of ``espeak_unseen`` in simulated rooms, RT60 0.3 to 0.8 s (``room``);
 - ``human_alsa``: human speech, the 8 spoken clips of alsa-utils' speaker test (one woman: "front
   left", "rear center" and the like; a real recording found in a package, so evaluation only),
   their words taken from their file names (skipped, with a note, when alsa-utils is missing);
 - ``human``: every human recording with exact words, each source its own speaker: alsa-utils'
   8 clips, the recordings of Debian's ``pocketsphinx-testdata`` (5 card names, 5 LibriVox
   sentences of *Sense and Sensibility*, "go forward ten meters", five TIDIGITS-style digits), and
-  those committed under ``scripts/benchmarks/human_speech/`` (its README names their repositories
+  those that ship beside this module in ``human_speech/`` (its README names their repositories
   and licences). Skipped, with a note, unless every source is there, so that its score always
   means the same clips. ``devsets.json``'s ``sources`` names each human utterance's file and licence.
 
 Recordings of people are reserved for evaluation: they go nowhere but these groups.
 
-Score a model on all of them with ``scripts/eval_speech.py --ckpt CKPT --devsets DIR``.
+Score a model on all of them with ``speech-attend evaluate --model MODEL --devsets DIR``.
 
 ``--human-only`` writes ``human_alsa`` and ``human`` alone (seconds, no synthesis).
 ``--espeak-only`` writes ``espeak_unseen`` alone: a larger group of it (another seed, so other
-clips) tells ratios apart that 200 clips cannot (``scripts/recording_check.py``'s -50 dB against
+clips) tells ratios apart that 200 clips cannot (``evaluate --conditions level:-50`` against
 clean: a 95 % interval about 0.07 wide at 1,000 clips, 0.18 at 200).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import engine_devset  # noqa: E402
+from speech_attend.builtin.corpus import prepare_synth
+from speech_attend.builtin.piper_voice import missing_packages
+from speech_attend.data.audio import load_audio
+from speech_attend.data.text import normalize_text
+from speech_attend.evaluate.conditions import Condition, apply, parse_condition
+from speech_attend.evaluate.engines import MARKER, EngineMissing, build_engine_groups, check_output_folder, mark
 
-from speech_attend.builtin.corpus import prepare_synth  # noqa: E402
-from speech_attend.builtin.piper_voice import missing_packages  # noqa: E402
-from speech_attend.data.audio import load_audio  # noqa: E402
-from speech_attend.data.augment import add_noise, babble, reverberate, room_impulse_response  # noqa: E402
-from speech_attend.data.text import normalize_text  # noqa: E402
+__all__ = ["SAMPLE_RATE", "SEED_OFFSET", "HUMAN_SPEECH", "groups_of", "build"]
 
 SAMPLE_RATE = 16000
-_SEED_OFFSET = 1000  # the groups' utterance draws differ from those of a corpus's own dev split
-_BABBLE_SNR_DB = 10.0
-_RT60 = (0.3, 0.8)
-_DIRECT_TO_REVERB_DB = (0.0, 6.0)
-_MAX_PEAK = 0.98
+SEED_OFFSET = 1000  # the groups' utterance draws differ from those of a corpus's own dev split
 ALSA_SOUNDS = Path("/usr/share/sounds/alsa")  # alsa-utils' speaker-test clips
 _ALSA_CLIPS = ["Front_Left", "Front_Center", "Front_Right", "Rear_Left", "Rear_Center", "Rear_Right", "Side_Left", "Side_Right"]
 POCKETSPHINX_DATA = Path("/usr/share/pocketsphinx/test/data")  # pocketsphinx-testdata's recordings
-HUMAN_SPEECH = Path(__file__).resolve().parent / "benchmarks" / "human_speech"  # committed clips, listed in clips.json
+HUMAN_SPEECH = Path(__file__).resolve().parent / "human_speech"  # the recordings that ship, listed in clips.json
 # pocketsphinx-testdata's sources, each (folder, its transcription file): lines "<s> ten of clubs </s> (001)" for 001.wav
 _POCKETSPHINX_TRANSCRIBED = [("cards", "cards.transcription"), ("librivox", "transcription")]
 # Its clips without a transcription file, whose words another file of the package states: goforward.gram's
@@ -91,25 +84,19 @@ class _Clip:
 def _spoken_group(out: Path, name: str, engine: str, count: int, seed: int) -> None:
     """The dev split of a one-engine WordNet corpus, moved to ``out/name``."""
     work = out / f".work-{name}"
-    prepare_synth(work, train=0, dev=count, test=0, seed=seed + _SEED_OFFSET, progress=False, text="wordnet", engines=(engine,))
+    prepare_synth(work, train=0, dev=count, test=0, seed=seed + SEED_OFFSET, progress=False, text="wordnet", engines=(engine,))
     shutil.rmtree(out / name, ignore_errors=True)
     (work / "dev").rename(out / name)
     shutil.rmtree(work)
 
 
-def _derived_group(out: Path, source: str, name: str, seed: int, condition) -> None:
-    """A copy of group ``source`` with ``condition(wave, others, generator)`` applied to each clip."""
+def _derived_group(out: Path, source: str, name: str, seed: int, condition: Condition) -> None:
+    """A copy of group ``source`` with ``condition`` applied to each clip (:func:`~speech_attend.evaluate.conditions.apply`)."""
     shutil.rmtree(out / name, ignore_errors=True)
     shutil.copytree(out / source, out / name, ignore=shutil.ignore_patterns("*.flac"))
     clips = sorted((out / source).rglob("*.flac"))
     waves = [load_audio(path, SAMPLE_RATE) for path in clips]
-    generator = torch.Generator().manual_seed(seed)
-    for i, (path, wave) in enumerate(zip(clips, waves)):
-        others = waves[:i] + waves[i + 1 :]
-        changed = condition(wave, others, generator).numpy()
-        peak = float(np.abs(changed).max())
-        if peak > _MAX_PEAK:
-            changed = changed * (_MAX_PEAK / peak)
+    for path, changed in zip(clips, apply(condition, waves, seed)):
         sf.write(out / name / path.relative_to(out / source), changed, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
 
 
@@ -198,35 +185,18 @@ def _human_groups(out: Path, sounds: Path, pocketsphinx: Path, committed: Path) 
         count = sum(len(clips) for clips in speakers)
         groups["human"] = (
             f"human speech, evaluation only: {count} recordings of {len(speakers)} sources (alsa-utils, "
-            "pocketsphinx-testdata, scripts/benchmarks/human_speech), each its own speaker"
+            "pocketsphinx-testdata, the recordings that ship with the code), each its own speaker"
         )
     return groups, sources
 
 
 def _record_sources(out: Path, sources: dict[str, list]) -> None:
-    """Add each human group's utterance sources to ``out/devsets.json`` (after ``engine_devset.mark``,
+    """Add each human group's utterance sources to ``out/devsets.json`` (after :func:`~speech_attend.evaluate.engines.mark`,
     which keeps only the groups)."""
-    marker = out / engine_devset.MARKER
+    marker = out / MARKER
     listing = json.loads(marker.read_text())
     listing["sources"] = sources
     marker.write_text(json.dumps(listing, indent=1) + "\n")
-
-
-def _with_babble(
-    wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator, snr_db: float = _BABBLE_SNR_DB
-) -> torch.Tensor:
-    talkers = 3 + int(torch.randint(5, (), generator=generator))  # 3 to 7
-    chosen = [others[int(j)] for j in torch.randint(len(others), (talkers,), generator=generator)]
-    return add_noise(wave, babble(chosen, wave.numel(), generator), snr_db, SAMPLE_RATE)
-
-
-def _in_a_room(wave: torch.Tensor, others: list[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
-    def draw(low_high):
-        return low_high[0] + (low_high[1] - low_high[0]) * float(torch.rand((), generator=generator))
-
-    rir = room_impulse_response(draw(_RT60), draw(_DIRECT_TO_REVERB_DB), SAMPLE_RATE, generator)
-    wet = reverberate(wave, rir)
-    return wet * (wave.abs().max() / wet.abs().max().clamp_min(1e-9))  # the clip's own peak level
 
 
 def _synthetic_groups(out: Path, per_group: int, seed: int, engines: bool, espeak_only: bool) -> dict[str, str]:
@@ -241,16 +211,16 @@ def _synthetic_groups(out: Path, per_group: int, seed: int, engines: bool, espea
     else:
         _spoken_group(out, "piper_unseen", "piper", per_group, seed)
         groups["piper_unseen"] = "new sentences, the piper voice at pitch and formant shifts never used in training"
-    engine_devset.mark(out, groups)  # marked before the engine groups, so prepare_synth refuses the folder
+    mark(out, groups)  # marked before the engine groups, so prepare_synth refuses the folder
     if engines:
         try:
-            groups.update(engine_devset.build(out, ["flite", "festival"], per_group, seed))
-        except engine_devset.EngineMissing as err:
+            groups.update(build_engine_groups(out, ["flite", "festival"], per_group, seed))
+        except EngineMissing as err:
             print(f"flite and festival skipped: {err}")
     if len(list((out / "espeak_unseen").rglob("*.flac"))) > 1:
-        _derived_group(out, "espeak_unseen", "espeak_babble10", seed, _with_babble)
+        _derived_group(out, "espeak_unseen", "espeak_babble10", seed, parse_condition("babble:10"))
         groups["espeak_babble10"] = "espeak_unseen with babble of 3 to 7 other clips at 10 dB SNR"
-        _derived_group(out, "espeak_unseen", "espeak_reverb", seed + 1, _in_a_room)
+        _derived_group(out, "espeak_unseen", "espeak_reverb", seed, parse_condition("room"))  # its draws: seed + 1
         groups["espeak_reverb"] = "espeak_unseen in simulated rooms, RT60 0.3 to 0.8 s"
     return groups
 
@@ -272,7 +242,7 @@ def build(
     ``espeak_only`` writes ``espeak_unseen`` alone, ``human_only`` the human groups alone."""
     if espeak_only and human_only:
         raise ValueError("espeak_only and human_only exclude each other; expected at most one")
-    engine_devset.check_output_folder(out)
+    check_output_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     groups, sources = {}, {}
     if not human_only:
@@ -280,41 +250,16 @@ def build(
     if human is not None and not espeak_only:
         human_groups, sources = _human_groups(out, human, pocketsphinx, human_speech)
         groups.update(human_groups)
-    engine_devset.mark(out, groups)
+    mark(out, groups)
     if sources:
         _record_sources(out, sources)
     return groups
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, type=Path, help="output folder (evaluation sets only)")
-    parser.add_argument("--per-group", type=int, default=200, help="utterances per group (default: 200)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-engines", action="store_true", help="leave out the Flite and Festival groups")
-    only = parser.add_mutually_exclusive_group()
-    only.add_argument("--espeak-only", action="store_true", help="write espeak_unseen alone (a larger group of it)")
-    only.add_argument("--human-only", action="store_true", help="write the human groups alone (human_alsa, human)")
-    args = parser.parse_args(argv)
-    if args.per_group < 1:
-        print(f"speech_devsets: error: --per-group must be at least 1, got {args.per_group}", file=sys.stderr)
-        return 2
-    try:
-        groups = build(
-            args.out,
-            args.per_group,
-            args.seed,
-            engines=not args.no_engines,
-            espeak_only=args.espeak_only,
-            human_only=args.human_only,
-        )
-    except (ValueError, RuntimeError, OSError) as err:
-        print(f"speech_devsets: error: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
-    for name, description in groups.items():
-        print(f"{args.out / name}: {description}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def groups_of(devsets: Path) -> list[str]:
+    """The groups of ``devsets``: those listed in ``devsets.json``, else every subfolder with transcripts."""
+    marker = devsets / MARKER
+    if marker.is_file():
+        listed = json.loads(marker.read_text())["groups"]
+        return [name for name in listed if (devsets / name).is_dir()]
+    return sorted(p.name for p in devsets.iterdir() if p.is_dir() and any(p.rglob("*.trans.txt")))

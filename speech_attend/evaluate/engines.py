@@ -1,37 +1,46 @@
-"""Dev sets spoken by synthesisers the recognizer never trains on: Flite and Festival.
-
-    python scripts/engine_devset.py --out DIR [--count 100] [--seed 0] [--engines flite,festival]
+"""Evaluation groups spoken by synthesisers the recognizer never trains on: Flite and Festival.
 
 Speaks dev sentences of the WordNet text (never in training) with every installed Flite voice
 (``slt``, ``kal``, ``kal16``, ``awb``, ``rms``) and Festival voice (``kal_diphone``,
 ``ked_diphone``, ``cmu_us_slt_arctic_hts``), and writes each engine as one LibriSpeech-layout
-group, ``DIR/<engine>/<speaker>/<chapter>/...`` (16 kHz FLAC + ``trans.txt``), ready for
-``scripts/eval_speech.py`` or ``speech-attend test --data.data_dir DIR --data.test_split flite``.
+group, ``DIR/<engine>/<speaker>/<chapter>/...`` (16 kHz FLAC + ``trans.txt``): part of
+``speech-attend prepare devsets`` (:mod:`speech_attend.evaluate.devsets`), scored by
+``speech-attend evaluate`` or ``speech-attend test --data.data_dir DIR --data.test_split flite``.
 
 These engines are reserved for evaluation. The output can never become training data: it holds
 only named evaluation groups (no ``train`` split for ``fit`` to read), ``DIR/devsets.json``
 marks the folder, and ``speech-attend prepare synth`` refuses to write into a folder so marked.
 Flite and Festival are Debian packages (``apt-get install flite festival festvox-kallpc16k
-festvox-kdlpc16k festvox-us-slt-hts``); without them the script stops with one line naming them.
+festvox-kdlpc16k festvox-us-slt-hts``); without them :func:`build_engine_groups` raises :class:`EngineMissing`,
+one line naming them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences  # noqa: E402
-from speech_attend.data.audio import load_audio  # noqa: E402
+from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
+from speech_attend.data.audio import load_audio
+
+__all__ = [
+    "MARKER",
+    "EngineMissing",
+    "voice_of",
+    "require",
+    "voices",
+    "dev_sentences",
+    "check_output_folder",
+    "mark",
+    "build_engine_groups",
+]
 
 SAMPLE_RATE = 16000
 MARKER = "devsets.json"  # prepare_synth refuses folders holding it
@@ -139,7 +148,7 @@ def mark(out: Path, groups: dict[str, str]) -> None:
     marker.write_text(json.dumps({"purpose": "evaluation only, never training", "groups": known}, indent=1) + "\n")
 
 
-def build(out: Path, engines: list[str], count: int, seed: int) -> dict[str, str]:
+def build_engine_groups(out: Path, engines: list[str], count: int, seed: int) -> dict[str, str]:
     """Write one group per engine into ``out``; returns name -> description of the groups written."""
     require(engines)
     check_output_folder(out)
@@ -153,28 +162,3 @@ def build(out: Path, engines: list[str], count: int, seed: int) -> dict[str, str
         groups[engine] = f"{engine} voices ({', '.join(voices(engine))}), new sentences; never used for training"
     mark(out, groups)
     return groups
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, type=Path, help="output folder (evaluation sets only)")
-    parser.add_argument("--count", type=int, default=100, help="utterances per engine (default: 100)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--engines", default="flite,festival", help="comma-separated: flite, festival")
-    args = parser.parse_args(argv)
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if not engines or any(e not in PACKAGES for e in engines):
-        print(f"engine_devset: error: --engines must name flite and/or festival, got {args.engines!r}", file=sys.stderr)
-        return 2
-    try:
-        groups = build(args.out, engines, args.count, args.seed)
-    except (EngineMissing, ValueError, subprocess.CalledProcessError) as err:
-        print(f"engine_devset: error: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
-    for name, description in groups.items():
-        print(f"{args.out / name}: {description}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,16 +1,15 @@
 """Word and segment times against the truth, on eSpeak voices never heard in training.
 
-    python scripts/timing_check.py --ckpt CKPT [--files 25] [--per-file 4] [--pause 0.4 1.0] [--seed 0] [--json OUT]
-                                   [--text wordnet|templates]
+``speech-attend evaluate --conditions timing[:FILESxPER_FILE]`` (default 25x4) and ``non-speech``.
 
-The clips are those of the ``espeak_unseen`` group of ``scripts/speech_devsets.py``: WordNet dev
-sentences (never in training) spoken by the held-out eSpeak voices and variants with the broad
-corpus's draws, made as the corpus makes them (:func:`speech_attend.builtin.corpus.speak`). eSpeak reports
-where each word starts (:func:`speech_attend.builtin.espeak.synthesize_with_words`), which gives each
-word's true start; ``--per-file`` utterances are joined into one file with ``--pause`` seconds
-of silence between them, and each utterance's first sample over -50 dBFS is the true start of
-its segment. The files are transcribed as ``transcribe`` does (cut at pauses), and the script
-prints the median and 90th-percentile error of
+The clips are those of the devsets' ``espeak_unseen`` group (:mod:`speech_attend.evaluate.devsets`):
+WordNet dev sentences (never in training) spoken by the held-out eSpeak voices and variants with
+the broad corpus's draws, made as the corpus makes them (:func:`speech_attend.builtin.corpus.speak`).
+eSpeak reports where each word starts (:func:`speech_attend.builtin.espeak.synthesize_with_words`),
+which gives each word's true start; ``per_file`` utterances are joined into one file with 0.4 to
+1.0 s of silence between them, and each utterance's first sample over -50 dBFS is the true start
+of its segment. The files are transcribed as ``transcribe`` does (cut at pauses), and
+:func:`score` gives the median and 90th-percentile error of
 
 - segment starts: each segment that holds words against the nearest utterance start (and how
   many utterances have a segment starting within 0.25 s of them: ``transcribe`` cuts only audio
@@ -20,36 +19,30 @@ prints the median and 90th-percentile error of
   edit-distance alignment; the words recognised right are scored, and then also those
   substituted by another word;
 
-and how often an utterance comes out as no speech (no segment with words overlaps it). Then it
-transcribes sounds that are not speech, ``--non-speech-seconds`` long each (silence, white and
-pink noise, mains hum, music-like tones: notes of three harmonics, four a second), and prints
-those that came out with words.
+and how often an utterance comes out as no speech (no segment with words overlaps it).
+:func:`non_speech_clips` makes sounds that are not speech (silence, white and pink noise, mains
+hum, music-like tones: notes of three harmonics, four a second), and :func:`non_speech` says
+which of them came out with words.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jiwer
 import numpy as np
 import soundfile as sf
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_devsets import _SEED_OFFSET  # noqa: E402  (the espeak_unseen group's draws)
+from speech_attend.builtin import corpus
+from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, synthesize_with_words
+from speech_attend.data.text import normalize_text
+from speech_attend.evaluate.devsets import SEED_OFFSET
+from speech_attend.infer.transcribe import Transcriber
 
-from speech_attend.builtin import corpus  # noqa: E402
-from speech_attend.builtin.espeak import ESPEAK_SAMPLE_RATE, synthesize_with_words  # noqa: E402
-from speech_attend.data.text import normalize_text  # noqa: E402
-from speech_attend.infer.transcribe import Transcriber  # noqa: E402
+__all__ = ["Utterance", "Clip", "speak_with_times", "build_clips", "score", "measure", "non_speech_clips", "non_speech", "report"]
 
 SAMPLE_RATE = corpus.SAMPLE_RATE
 
@@ -72,19 +65,12 @@ class Clip:
     utterances: list[Utterance] = field(default_factory=list)
 
 
-def speak_with_times(job) -> Utterance:
+def speak_with_times(job: corpus.Job) -> Utterance:
     """A corpus job spoken as :func:`speech_attend.builtin.corpus.speak` speaks it, with each word's start."""
     rate, pitch, volume, seed, pitch_range, word_gap = job.params
     pcm, events = synthesize_with_words(job.text, job.speaker.espeak_name, rate, pitch, volume, seed, pitch_range, word_gap)
-    wave = torch.from_numpy(pcm.astype(np.float32) / 32768.0)
-    with torch.no_grad():
-        wave = corpus._resampler(ESPEAK_SAMPLE_RATE, SAMPLE_RATE)(wave).numpy()
-    peak = float(np.abs(wave).max()) if wave.size else 0.0
-    if peak > corpus._MAX_PEAK:
-        wave = wave * (corpus._MAX_PEAK / peak)
-    loud = np.flatnonzero(np.abs(wave) > corpus._SILENCE_THRESHOLD)  # what speak() trims to, 0.2 s either side
-    keep = int(corpus._MAX_EDGE_SILENCE_S * SAMPLE_RATE)
-    first, last = (max(0, int(loud[0]) - keep), int(loud[-1]) + 1 + keep) if loud.size else (0, wave.size)
+    wave, first = corpus.shape_speech(pcm, SAMPLE_RATE)
+    wave = wave.numpy()
     shift = first / SAMPLE_RATE
     words, position = [], 0
     for token in job.text.split():
@@ -94,14 +80,15 @@ def speak_with_times(job) -> Utterance:
         start = None if event is None else event.sample / ESPEAK_SAMPLE_RATE - shift
         for k, word in enumerate(normalize_text(token).split()):  # "well-known" is two words, timed from the first
             words.append((word, start if k == 0 else None))
-    onset = (int(loud[0]) - first) / SAMPLE_RATE if loud.size else 0.0
-    return Utterance(wave[first:last].astype(np.float32), onset, words)
+    loud = np.flatnonzero(np.abs(wave) > corpus.SILENCE_THRESHOLD)  # the first sample over -50 dBFS starts the speech
+    onset = int(loud[0]) / SAMPLE_RATE if loud.size else 0.0
+    return Utterance(wave, onset, words)
 
 
 def build_clips(out: Path, files: int, per_file: int, pause: tuple[float, float], seed: int, text: str = "wordnet") -> list[Clip]:
     """``files`` FLAC files of ``per_file`` dev utterances each, in ``out``; ``text`` as the corpus's
     (``"templates"``: the light corpus's grammar and its dev voices)."""
-    jobs, _ = corpus._plan(out, {"train": 0, "dev": files * per_file, "test": 0}, seed + _SEED_OFFSET, text, ("espeak",))
+    jobs, _ = corpus.plan(out, {"train": 0, "dev": files * per_file, "test": 0}, seed + SEED_OFFSET, text, ("espeak",))
     rng = random.Random(f"timing_check/{seed}")
     clips = []
     for f in range(files):
@@ -234,86 +221,65 @@ def non_speech_clips(out: Path, seconds: list[float], seed: int) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt", required=True, help="a .ckpt from fit, or a folder from export")
-    parser.add_argument("--files", type=int, default=25, help="files to build (default: 25)")
-    parser.add_argument("--per-file", type=int, default=4, help="dev utterances joined into each file (default: 4)")
-    parser.add_argument(
-        "--pause",
-        type=float,
-        nargs=2,
-        default=(0.4, 1.0),
-        metavar=("MIN", "MAX"),
-        help="seconds of silence between utterances, drawn uniformly (default: 0.4 1.0)",
-    )
-    parser.add_argument("--max-chunk-seconds", type=float, default=None, help="as transcribe's (default: the model's)")
-    parser.add_argument("--beam-size", type=int, default=None, help="as transcribe's (default: the model's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--text",
-        choices=corpus.TEXTS,
-        default="wordnet",
-        help="wordnet: the broad corpus's sentences and voices (default); templates: the light corpus's",
-    )
-    parser.add_argument(
-        "--non-speech-seconds",
-        type=float,
-        nargs="*",
-        default=[1, 5, 20, 60],
-        help="lengths of the sounds without speech (default: 1 5 20 60; none: skip them)",
-    )
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = parser.parse_args(argv)
-    if args.files < 1 or args.per_file < 1 or not 0 <= args.pause[0] <= args.pause[1]:
-        print("timing_check: error: --files and --per-file must be at least 1, and 0 <= --pause MIN <= MAX", file=sys.stderr)
-        return 2
-    try:
-        transcriber = Transcriber(args.ckpt, beam_size=args.beam_size, max_chunk_seconds=args.max_chunk_seconds)
-    except (ValueError, OSError) as err:
-        print(f"timing_check: error: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        clips = build_clips(Path(tmp), args.files, args.per_file, tuple(args.pause), args.seed, args.text)
-        transcripts = []
-        for clip, result in zip(clips, transcriber.transcribe_many([c.path for c in clips])):
-            if isinstance(result, ValueError):
-                print(f"timing_check: error: {clip.path.name}: {result}", file=sys.stderr)
-                return 2
-            transcripts.append(result)
-        sounds = non_speech_clips(Path(tmp), args.non_speech_seconds, args.seed)
-        heard = {
-            path.stem: result.text if not isinstance(result, ValueError) else f"error: {result}"
-            for path, result in zip(sounds, transcriber.transcribe_many(sounds))
-        }
-    results = {
-        "ckpt": str(args.ckpt),
+def measure(
+    transcriber: Transcriber,
+    work: Path,
+    files: int = 25,
+    per_file: int = 4,
+    seed: int = 0,
+    pause: tuple[float, float] = (0.4, 1.0),
+    text: str = "wordnet",
+) -> dict:
+    """Build the clips in ``work``, transcribe them and :func:`score` the times (and the audio's seconds).
+
+    Raises:
+        ValueError: a clip could not be transcribed (its name and why).
+    """
+    if files < 1 or per_file < 1 or not 0 <= pause[0] <= pause[1]:
+        raise ValueError(f"timing: expected at least 1 file of at least 1 utterance and 0 <= pause, got {files}x{per_file}")
+    clips = build_clips(work, files, per_file, pause, seed, text)
+    transcripts = []
+    for clip, result in zip(clips, transcriber.transcribe_many([c.path for c in clips])):
+        if isinstance(result, ValueError):
+            raise ValueError(f"timing: {clip.path.name}: {str(result).splitlines()[0]}")
+        transcripts.append(result)
+    return {
+        "per_file": per_file,
+        "audio_seconds": round(sum(t.duration_s for t in transcripts), 1),
         "max_chunk_seconds": transcriber.max_chunk_seconds,
         **score(clips, transcripts),
-        "non_speech_files": len(heard),
-        "non_speech_with_words": {name: text for name, text in heard.items() if text},
     }
-    print(
-        f"{results['files']} files of {args.per_file} utterances ({results['utterances']} utterances, "
-        f"{sum(t.duration_s for t in transcripts):.0f} s, max chunk {transcriber.max_chunk_seconds} s); "
-        f"{results['matched_words']} of {results['true_words']} timed words recognised"
-    )
-    print(_line("segment start", results["segment_start"]))
-    print(f"  utterances with a segment starting within 0.25 s: {results['utterances_with_a_segment_start']:.0%}")
-    print(_line("word start, attention", results["word_start_attention"]))
-    print(_line("word start, CTC", results["word_start_ctc"]))
-    print("  with substituted words too:")
-    print(_line("word start, attention", results["word_start_attention_with_substitutions"]))
-    print(_line("word start, CTC", results["word_start_ctc_with_substitutions"]))
-    print(f"  utterances heard as no speech: {results['no_speech_rate']:.1%}")
-    wordy = results["non_speech_with_words"]
-    print(f"  sounds without speech that came out with words: {len(wordy)} of {len(heard)}")
-    for name, text in wordy.items():
-        print(f"    {name}: {text[:70]}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
-    return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def non_speech(transcriber: Transcriber, work: Path, seconds: list[float], seed: int = 0) -> dict:
+    """Transcribe the sounds without speech of :func:`non_speech_clips`: how many, and those that gave words."""
+    sounds = non_speech_clips(work, seconds, seed)
+    heard = {
+        path.stem: result.text if not isinstance(result, ValueError) else f"error: {result}"
+        for path, result in zip(sounds, transcriber.transcribe_many(sounds))
+    }
+    return {"files": len(heard), "with_words": {name: text for name, text in heard.items() if text}}
+
+
+def report(timing: dict | None, sounds: dict | None) -> list[str]:
+    """The lines that say :func:`measure`'s and :func:`non_speech`'s results."""
+    lines = []
+    if timing is not None:
+        lines += [
+            f"timing: {timing['files']} files of {timing['per_file']} utterances ({timing['utterances']} utterances, "
+            f"{timing['audio_seconds']:.0f} s, max chunk {timing['max_chunk_seconds']} s); "
+            f"{timing['matched_words']} of {timing['true_words']} timed words recognised",
+            _line("segment start", timing["segment_start"]),
+            f"  utterances with a segment starting within 0.25 s: {timing['utterances_with_a_segment_start']:.0%}",
+            _line("word start, attention", timing["word_start_attention"]),
+            _line("word start, CTC", timing["word_start_ctc"]),
+            "  with substituted words too:",
+            _line("word start, attention", timing["word_start_attention_with_substitutions"]),
+            _line("word start, CTC", timing["word_start_ctc_with_substitutions"]),
+            f"  utterances heard as no speech: {timing['no_speech_rate']:.1%}",
+        ]
+    if sounds is not None:
+        wordy = sounds["with_words"]
+        lines.append(f"non-speech: sounds without speech that came out with words: {len(wordy)} of {sounds['files']}")
+        lines += [f"    {name}: {text[:70]}" for name, text in wordy.items()]
+    return lines
