@@ -1,9 +1,11 @@
-"""The FLOP count behind the benchmarks' ceiling column (scripts/bench_common.py)."""
+"""The benchmarks (scripts/benchmarks/): the FLOP count behind their ceiling column, their commands, and the GPU check's loss test."""
 
 import pytest
 import torch
-from bench_common import matmul_gflop
 
+from scripts.benchmarks import against, captioner, recognizer, threads, transcribe
+from scripts.benchmarks.common import matmul_gflop
+from scripts.gpu import loss_fell
 from speech_attend.model.las import native_cpu_kernels
 
 
@@ -23,8 +25,6 @@ def test_matmul_gflop_counts_the_recurrent_products_of_native_lstms():
 
 
 def test_loss_fell_reads_a_run_s_metrics_csv(tmp_path, capsys):
-    import loss_fell
-
     run = tmp_path / "run" / "version_0"
     run.mkdir(parents=True)
     rows = "\n".join(f"0,{step},{4.0 - step * 0.3:.2f}" for step in range(10))
@@ -36,45 +36,36 @@ def test_loss_fell_reads_a_run_s_metrics_csv(tmp_path, capsys):
 
 
 def test_app_benchmarks_pass_against_and_rounds_to_the_side_by_side_bench(monkeypatch, capsys):
-    # bench_captioner.py and bench_asr.py --against REV are the commands docs/BENCHMARKS.md gives;
+    # scripts.benchmarks.captioner and .recognizer --against REV are the commands docs/BENCHMARKS.md gives;
     # they must run the side-by-side benchmark of their own app with the rounds asked for.
-    import bench_against
-    import bench_asr
-    import bench_captioner
-
     calls = []
 
     def fake_compare(app, revision, quick=False, rounds=5):
         calls.append((app, revision, quick, rounds))
         return {"app": app, "revision": revision}
 
-    monkeypatch.setattr(bench_against, "compare", fake_compare)
-    assert bench_captioner.main(["--against", "abc123", "--rounds", "7", "--json"]) == 0
-    assert bench_asr.main(["--against", "abc123", "--quick", "--json"]) == 0
+    monkeypatch.setattr(against, "compare", fake_compare)
+    assert captioner.main(["--against", "abc123", "--rounds", "7", "--json"]) == 0
+    assert recognizer.main(["--against", "abc123", "--quick", "--json"]) == 0
     assert calls == [("captioner", "abc123", False, 7), ("recognizer", "abc123", True, 5)]
     assert '"app": "captioner"' in capsys.readouterr().out
 
 
 def test_the_recognizer_benchmark_times_its_front_end_and_both_mel_powers():
-    import bench_asr
-
-    tiny = bench_asr.BenchConfig(batch=2, min_frames=50, max_frames=80)
-    result = bench_asr.frontend_benchmark(tiny, torch.device("cpu"), rounds=2)
+    tiny = recognizer.BenchConfig(batch=2, min_frames=50, max_frames=80)
+    result = recognizer.frontend_benchmark(tiny, torch.device("cpu"), rounds=2)
     assert set(result) == {"frontend_seconds", "mel_power_re2_im2_seconds", "mel_power_torchaudio_seconds"}
     assert all(seconds > 0 for seconds in result.values())
 
 
 def test_side_by_side_bench_refuses_zero_rounds_in_one_line():
-    import bench_against
-
     with pytest.raises(SystemExit, match="--rounds must be at least 1, got 0"):
-        bench_against.compare("captioner", "HEAD", rounds=0)
+        against.compare("captioner", "HEAD", rounds=0)
 
 
 def test_the_transcribe_benchmark_times_the_whole_command_and_the_decode_of_each_beam(tmp_path, capsys):
     import json
 
-    import bench_transcribe
     import soundfile as sf
     from tiny import TINY_SPEECH_CONFIG
 
@@ -92,18 +83,32 @@ def test_the_transcribe_benchmark_times_the_whole_command_and_the_decode_of_each
     )  # untrained: the timing is the point
     clip = tmp_path / "clip.wav"
     sf.write(clip, 0.1 * torch.randn(8000).numpy(), 16000)
-    audio = bench_transcribe.ten_second_file(tmp_path / "ten.wav", [clip, clip])
+    audio = transcribe.ten_second_file(tmp_path / "ten.wav", [clip, clip])
     wave, rate = sf.read(audio)
     assert rate == 16000 and len(wave) == 160000  # exactly 10 s, the clips repeated
     assert (
-        bench_transcribe.main(
-            ["--ckpt", str(tmp_path / "model"), "--file", str(audio), "--beams", "1,2", "--runs", "1", "--json"]
-        )
-        == 0
+        transcribe.main(["--ckpt", str(tmp_path / "model"), "--file", str(audio), "--beams", "1,2", "--runs", "1", "--json"]) == 0
     )
     results = json.loads(capsys.readouterr().out)
     assert list(results["beams"]) == ["1", "2"]
     for r in results["beams"].values():
         assert len(r["command"]) == 1 and r["command_median"] > r["decode_median"] > 0  # the command adds start-up
         assert r["under_target"] == (r["command_median"] < 3.0)
-    assert bench_transcribe.main(["--beams", "0"]) == 2 and "--beams" in capsys.readouterr().err
+    assert transcribe.main(["--beams", "0"]) == 2 and "--beams" in capsys.readouterr().err
+
+
+def test_the_threads_benchmark_reads_an_epochs_seconds_from_the_progress_bar():
+    log = (
+        "Epoch 0: 100%|##########| 250/250 [00:49<00:00, 5.1it/s]\rEpoch 1:  50%|#####| 125/250 [00:20<00:20]"
+        "\rEpoch 1: 100%|##########| 250/250 [01:04<00:00, 3.9it/s, v_num=0]\rEpoch 2:   0%|"
+    )
+    assert threads.epoch_seconds(log, 0) == 49
+    assert threads.epoch_seconds(log, 1) == 64
+    assert threads.epoch_seconds(log, 2) is None
+
+
+def test_the_threads_benchmark_refuses_a_missing_corpus_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        threads.main(["--data", str(tmp_path / "nowhere"), "--modes", "one"])
+    assert stopped.value.code == 2
+    assert "no speech corpus" in capsys.readouterr().err

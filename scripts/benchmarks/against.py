@@ -1,10 +1,10 @@
 """Time a training step of this code against another revision's, side by side in one run.
 
-    python scripts/bench_against.py captioner|recognizer --against REV [--quick] [--rounds N] [--json]
+    python -m scripts.benchmarks.against captioner|recognizer --against REV [--quick] [--rounds N] [--json]
 
-``bench_captioner.py --against REV`` and ``bench_asr.py --against REV`` call this. The other
+``scripts.benchmarks.captioner --against REV`` and ``scripts.benchmarks.recognizer --against REV`` call this. The other
 revision is checked out into a temporary git worktree; each revision runs in a worker process
-of its own (``python scripts/bench_against.py --worker ...`` with that tree first on the import
+of its own (``python -m scripts.benchmarks.against --worker ...`` with that tree first on the import
 path), which builds its model at the benchmark's size and a fixed batch. Both workers start
 from the same weights (copied from the other revision's model: this tree loads older layouts
 through its models' key maps, an older tree cannot read newer ones), both must compute the same loss on the
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-4  # relative: fp32 losses summed in another order still agree to this
 
 

@@ -1,6 +1,6 @@
 """What the training conditions cost: ``augment_batch`` against one training step, same batch.
 
-    python scripts/bench_augment.py --data DIR [--config configs/speech_attend/synth_las.yaml] [--batch 16] [--threads 1]
+    python -m scripts.benchmarks.augment --data DIR [--config configs/speech_attend/synth_las.yaml] [--batch 16] [--threads 1]
 
 Reads ``--batch`` training utterances of a corpus, then times (median of 5, after a warm-up)
 :func:`speech_attend.data.augment.augment_batch` with the default :class:`AugmentConfig` and with every
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -20,13 +19,12 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shared import Vocabulary  # noqa: E402
-from speech_attend.data.augment import AugmentConfig, augment_batch  # noqa: E402
-from speech_attend.data.dataset import SpeechDataset, collate  # noqa: E402
-from speech_attend.data.readers import read_corpus  # noqa: E402
-from speech_attend.model.features import FeatureConfig  # noqa: E402
-from speech_attend.model.las import LAS, LASConfig  # noqa: E402
+from shared import Vocabulary
+from speech_attend.data.augment import AugmentConfig, augment_batch
+from speech_attend.data.dataset import SpeechDataset, collate
+from speech_attend.data.readers import read_corpus
+from speech_attend.model.features import FeatureConfig
+from speech_attend.model.las import LAS, LASConfig
 
 _VOCAB = 30 + 4  # characters plus <pad> <sos> <eos> <unk>
 

@@ -1,7 +1,7 @@
 """Captioner benchmarks at the paper's size, fast path against the naive one, in one run.
 
-    python scripts/bench_captioner.py [--device cpu|cuda] [--quick] [--json]
-    python scripts/bench_captioner.py --against REV [--quick] [--rounds N] [--json]   (this code's training step against REV's)
+    python -m scripts.benchmarks.captioner [--device cpu|cuda] [--quick] [--json]
+    python -m scripts.benchmarks.captioner --against REV [--quick] [--rounds N] [--json]   (this code's training step against REV's)
 
 1. Training step (forward + backward + Adam) of the Show, Attend and Tell decoder on a 14x14
    grid of 2048-d features, embedding/attention/LSTM 512, 10,000 words, batch 32, captions of
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -32,14 +31,11 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shared import beam_search, lengths_to_mask  # noqa: E402
-from show_attend.model.decoder import Decoder, DecoderConfig  # noqa: E402
-from show_attend.model.encoder import Encoder, EncoderConfig  # noqa: E402
-from show_attend.train.module import doubly_stochastic_penalty  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync, timed  # noqa: E402
+from scripts.benchmarks.common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync, timed
+from shared import beam_search, lengths_to_mask
+from show_attend.model.decoder import Decoder, DecoderConfig
+from show_attend.model.encoder import Encoder, EncoderConfig
+from show_attend.train.module import doubly_stochastic_penalty
 
 
 @dataclass
@@ -66,7 +62,7 @@ class RecomputedKeysDecoder(Decoder):
         return super()._attend(h, memory, sample)
 
 
-def _decoder(cls, cfg: BenchConfig, device) -> Decoder:
+def build_decoder(cls, cfg: BenchConfig, device) -> Decoder:
     config = DecoderConfig(embed_dim=cfg.size, attention_dim=cfg.size, hidden_dim=cfg.size, dropout=0.5)
     torch.manual_seed(0)
     return cls(config, cfg.vocab, cfg.feature_dim).to(device)
@@ -92,7 +88,7 @@ def train_step_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
         ("precomputed_keys_bf16", Decoder, "bf16"),
     )
     for name, cls, precision in runs:
-        decoder = _decoder(cls, cfg, device).train()
+        decoder = build_decoder(cls, cfg, device).train()
         optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
 
         def step():
@@ -129,7 +125,7 @@ def _force_length(log_probs: torch.Tensor, ending: torch.Tensor, eos: int) -> to
     return log_probs
 
 
-def _decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg: BenchConfig):
+def decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg: BenchConfig):
     """The captioner's batched beam search (as in Captioner.generate), with caption lengths
     fixed per image: an untrained model would otherwise stop at once or never, and the
     benchmark should decode captions of realistic length (10-22 tokens)."""
@@ -151,25 +147,25 @@ def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str, matmu
     Also the ceiling of the ratio on this machine: the one-at-a-time time over the batched
     path's matrix products alone at the measured matmul rate (nothing else costing anything).
     """
-    decoder = _decoder(Decoder, cfg, device).eval()
+    decoder = build_decoder(Decoder, cfg, device).eval()
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator).to(device)
     lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator).to(device)
     if precision == "bf16":  # what an encoder under autocast hands over; read as is at every step, never cast again
         features = features.to(torch.bfloat16)
     with torch.no_grad(), autocast(device, precision):
-        _decode(decoder, features[:2], lengths[:2], cfg)  # warm-up
-        _decode(decoder, features[:1], lengths[:1], cfg)
+        decode(decoder, features[:2], lengths[:2], cfg)  # warm-up
+        decode(decoder, features[:1], lengths[:1], cfg)
         sync(device)
         start = time.perf_counter()
-        batched = _decode(decoder, features, lengths, cfg)
+        batched = decode(decoder, features, lengths, cfg)
         sync(device)
         batched_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        single = [_decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)[0] for i in range(cfg.beam_images)]
+        single = [decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)[0] for i in range(cfg.beam_images)]
         sync(device)
         single_seconds = time.perf_counter() - start
-        gflop = matmul_gflop(lambda: _decode(decoder, features, lengths, cfg))  # a separate, untimed run
+        gflop = matmul_gflop(lambda: decode(decoder, features, lengths, cfg))  # a separate, untimed run
     matmul_seconds = gflop / matmul_gflop_per_s
     same = sum(b[0].tokens == s[0].tokens for b, s in zip(batched, single))
     mean_len = float(np.mean([len(b[0].tokens) for b in batched]))
@@ -193,7 +189,7 @@ def beam_benchmark(cfg: BenchConfig, device: torch.device, precision: str, matmu
 def epoch_benchmark(cfg: BenchConfig, device: torch.device) -> dict:
     """Per-batch time of a decoder training step fed by (a) a frozen ResNet-101, (b) the cache."""
     encoder = Encoder(EncoderConfig(backbone="resnet101", pretrained=False, grid_size=cfg.grid)).to(device).eval()
-    decoder = _decoder(Decoder, cfg, device).train()
+    decoder = build_decoder(Decoder, cfg, device).train()
     optimizer = torch.optim.Adam(decoder.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(2)
     _, captions, lengths = _batch(cfg, device, generator)
@@ -246,15 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         "--against",
         metavar="REV",
         default=None,
-        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)",
+        help="instead: time this code's training step against revision REV's, in turn (scripts/benchmarks/against.py)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="with --against: timed steps of each revision (default 5)")
     args = parser.parse_args(argv)
     if args.against:
-        import bench_against
+        from scripts.benchmarks import against
 
-        result = bench_against.compare("captioner", args.against, args.quick, args.rounds)
-        print(json.dumps(result) if args.json else bench_against.report(result))
+        result = against.compare("captioner", args.against, args.quick, args.rounds)
+        print(json.dumps(result) if args.json else against.report(result))
         return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -1,4 +1,4 @@
-"""Timing helpers shared by ``bench_captioner.py`` and ``bench_asr.py``."""
+"""Timing helpers shared by the captioner's and the recognizer's benchmarks (:mod:`scripts.benchmarks.captioner`, :mod:`scripts.benchmarks.recognizer`)."""
 
 from __future__ import annotations
 

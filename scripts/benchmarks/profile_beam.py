@@ -1,9 +1,9 @@
 """Where the batched beam search's time goes, against the budget a speedup target leaves.
 
-    python scripts/profile_beam.py captioner|recognizer [--target X] [--top N]
+    python -m scripts.benchmarks.profile_beam captioner|recognizer [--target X] [--top N]
 
-Runs the full-size batched decode of ``bench_captioner.py`` (100 images, beam 5) or
-``bench_asr.py`` (64 utterances, beam 8), times it and the one-at-a-time decode, then profiles one
+Runs the full-size batched decode of :mod:`scripts.benchmarks.captioner` (100 images, beam 5) or
+:mod:`scripts.benchmarks.recognizer` (64 utterances, beam 8), times it and the one-at-a-time decode, then profiles one
 more batched decode with ``torch.profiler`` and prints the operators by self time. The line that
 matters: the matrix-product kernels' time alone against ``one_at_a_time / target``, the most the
 whole batched decode may take. When the kernels alone exceed it, no amount of work on the rest
@@ -13,15 +13,10 @@ of the decode reaches the target on this machine.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import profile
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MATRIX_PRODUCTS = {
     "aten::addmm",
@@ -37,41 +32,42 @@ TARGETS = {"captioner": 8.0, "recognizer": 5.0}  # the speedups of batched beam 
 
 
 def _captioner():
-    import bench_captioner as bench
-
+    from scripts.benchmarks import captioner as bench
     from show_attend.model.decoder import Decoder
 
     cfg = bench.BenchConfig()
-    decoder = bench._decoder(Decoder, cfg, torch.device("cpu")).eval()
+    decoder = bench.build_decoder(Decoder, cfg, torch.device("cpu")).eval()
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(cfg.beam_images, cfg.grid**2, cfg.feature_dim, generator=generator)
     lengths = torch.randint(cfg.min_len, cfg.max_len + 1, (cfg.beam_images,), generator=generator)
 
     def batched():
-        bench._decode(decoder, features, lengths, cfg)
+        bench.decode(decoder, features, lengths, cfg)
 
     def one_at_a_time():
         for i in range(cfg.beam_images):
-            bench._decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)
+            bench.decode(decoder, features[i : i + 1], lengths[i : i + 1], cfg)
 
     return batched, one_at_a_time
 
 
 def _recognizer():
-    import bench_asr as bench
+    from scripts.benchmarks import recognizer as bench
 
     cfg = bench.BenchConfig()
-    model = bench._model(cfg, torch.device("cpu")).eval()
-    waveforms, samples, frames = bench._audio(cfg, cfg.beam_utterances, torch.Generator().manual_seed(1), cfg.beam_max_frames)
+    model = bench.build_model(cfg, torch.device("cpu")).eval()
+    waveforms, samples, frames = bench.synthetic_audio(
+        cfg, cfg.beam_utterances, torch.Generator().manual_seed(1), cfg.beam_max_frames
+    )
     chars = (frames.float() / 100 * cfg.chars_per_second).long()
 
     def batched():
-        bench._decode(model, waveforms, samples, chars, cfg)
+        bench.decode(model, waveforms, samples, chars, cfg)
 
     def one_at_a_time():
         for i in range(cfg.beam_utterances):
             one = slice(i, i + 1)
-            bench._decode(model, waveforms[one, : int(samples[i])], samples[one], chars[one], cfg)
+            bench.decode(model, waveforms[one, : int(samples[i])], samples[one], chars[one], cfg)
 
     return batched, one_at_a_time
 

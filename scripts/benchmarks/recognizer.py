@@ -1,7 +1,7 @@
 """Recognizer benchmarks at a paper-like size, fast path against the naive one, in one run.
 
-    python scripts/bench_asr.py [--device cpu|cuda] [--quick] [--json]
-    python scripts/bench_asr.py --against REV [--quick] [--rounds N] [--json]   (this code's training step against REV's)
+    python -m scripts.benchmarks.recognizer [--device cpu|cuda] [--quick] [--json]
+    python -m scripts.benchmarks.recognizer --against REV [--quick] [--rounds N] [--json]   (this code's training step against REV's)
 
 Model: 80-d log-mel, listener of 1 BLSTM + 3 pyramid BLSTM layers of 256 units per direction,
 speller 512 with location-aware attention, 30 characters, joint CTC. Reports:
@@ -30,23 +30,18 @@ import json
 import platform
 import random
 import resource
-import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shared import Vocabulary, beam_search  # noqa: E402
-from speech_attend.data.sampler import BucketBatchSampler  # noqa: E402
-from speech_attend.model.features import FeatureConfig  # noqa: E402
-from speech_attend.model.las import LAS, LASConfig, native_cpu_kernels  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync  # noqa: E402
+from scripts.benchmarks.common import PRECISIONS, autocast, matmul_gflop, matmul_rate, sync
+from shared import Vocabulary, beam_search
+from speech_attend.data.sampler import BucketBatchSampler
+from speech_attend.model.features import FeatureConfig
+from speech_attend.model.las import LAS, LASConfig, native_cpu_kernels
 
 
 @dataclass
@@ -66,7 +61,7 @@ class BenchConfig:
 HOP = 160  # 10 ms at 16 kHz
 
 
-def _model(cfg: BenchConfig, device) -> LAS:
+def build_model(cfg: BenchConfig, device) -> LAS:
     torch.manual_seed(0)
     config = LASConfig(
         listener_hidden=256,
@@ -82,7 +77,7 @@ def _model(cfg: BenchConfig, device) -> LAS:
     return model
 
 
-def _audio(cfg: BenchConfig, count: int, generator, max_frames: int):
+def synthetic_audio(cfg: BenchConfig, count: int, generator, max_frames: int):
     frames = torch.randint(cfg.min_frames, max_frames + 1, (count,), generator=generator)
     samples = frames * HOP
     waveforms = torch.randn(count, int(samples.max()), generator=generator) * 0.1
@@ -92,9 +87,9 @@ def _audio(cfg: BenchConfig, count: int, generator, max_frames: int):
 
 def train_benchmark(cfg: BenchConfig, device) -> dict:
     generator = torch.Generator().manual_seed(0)
-    model = _model(cfg, device).train()
+    model = build_model(cfg, device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    waveforms, samples, frames = _audio(cfg, cfg.batch, generator, cfg.max_frames)
+    waveforms, samples, frames = synthetic_audio(cfg, cfg.batch, generator, cfg.max_frames)
     chars = (frames.float() / 100 * cfg.chars_per_second).long().clamp_min(2)
     targets = torch.randint(4, cfg.vocab, (cfg.batch, int(chars.max()) + 1), generator=generator)
     targets[:, 0] = 1
@@ -142,9 +137,9 @@ def train_benchmark(cfg: BenchConfig, device) -> dict:
 def frontend_benchmark(cfg: BenchConfig, device, rounds: int = 10) -> dict:
     """The feature front end's forward on the training batch, and its mel power computed two ways
     (the same features, ``tests/test_recordings.py``), in turn: median seconds of each."""
-    model = _model(cfg, device)
+    model = build_model(cfg, device)
     frontend, logmel = model.frontend, model.frontend.logmel
-    waveforms, samples, _ = _audio(cfg, cfg.batch, torch.Generator().manual_seed(0), cfg.max_frames)
+    waveforms, samples, _ = synthetic_audio(cfg, cfg.batch, torch.Generator().manual_seed(0), cfg.max_frames)
     waveforms, samples = waveforms.to(device), samples.to(device)
     frontend.accumulate_statistics([(waveforms, samples)])
     timed = {
@@ -180,7 +175,7 @@ def padding_benchmark(cfg: BenchConfig) -> dict:
     return {"random_batches": padding(random_batches), "bucketed_batches": padding(bucketed)}
 
 
-def _decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: str = "fp32"):
+def decode(model: LAS, waveforms, samples, chars, cfg: BenchConfig, precision: str = "fp32"):
     """LAS.decode's batched beam search with the transcript length fixed per utterance:
     an untrained model would otherwise stop at once or never. Returns the hypotheses and the
     seconds the listener took.
@@ -222,28 +217,28 @@ def beam_benchmark(cfg: BenchConfig, device, precision: str, rates: dict[str, fl
     the listener's at the fp32 rate, as it runs in fp32 in both precisions (see ``_decode``).
     """
     generator = torch.Generator().manual_seed(1)
-    model = _model(cfg, device).eval()
-    waveforms, samples, frames = _audio(cfg, cfg.beam_utterances, generator, cfg.beam_max_frames)
+    model = build_model(cfg, device).eval()
+    waveforms, samples, frames = synthetic_audio(cfg, cfg.beam_utterances, generator, cfg.beam_max_frames)
     chars = (frames.float() / 100 * cfg.chars_per_second).long()
     waveforms, samples, chars = waveforms.to(device), samples.to(device), chars.to(device)
     with torch.no_grad():
-        _decode(model, waveforms[:2, : int(samples[:2].max())], samples[:2], chars[:2], cfg, precision)  # warm-up
-        _decode(model, waveforms[:1, : int(samples[0])], samples[:1], chars[:1], cfg, precision)
+        decode(model, waveforms[:2, : int(samples[:2].max())], samples[:2], chars[:2], cfg, precision)  # warm-up
+        decode(model, waveforms[:1, : int(samples[0])], samples[:1], chars[:1], cfg, precision)
         sync(device)
         start = time.perf_counter()
-        batched, batched_listener = _decode(model, waveforms, samples, chars, cfg, precision)
+        batched, batched_listener = decode(model, waveforms, samples, chars, cfg, precision)
         sync(device)
         batched_seconds = time.perf_counter() - start
         start = time.perf_counter()
         single, single_listener = [], 0.0
         for i in range(cfg.beam_utterances):
             one = slice(i, i + 1)
-            hyps, seconds = _decode(model, waveforms[one, : int(samples[i])], samples[one], chars[one], cfg, precision)
+            hyps, seconds = decode(model, waveforms[one, : int(samples[i])], samples[one], chars[one], cfg, precision)
             single.append(hyps[0][0])
             single_listener += seconds
         sync(device)
         single_seconds = time.perf_counter() - start
-        gflop = matmul_gflop(lambda: _decode(model, waveforms, samples, chars, cfg, precision))  # separate, untimed runs
+        gflop = matmul_gflop(lambda: decode(model, waveforms, samples, chars, cfg, precision))  # separate, untimed runs
         listener_gflop = matmul_gflop(lambda: model.encode(waveforms, samples))
     matmul_seconds = listener_gflop / rates["fp32"] + (gflop - listener_gflop) / rates[precision]
     same = sum(b[0].tokens == s.tokens for b, s in zip(batched, single))
@@ -277,15 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         "--against",
         metavar="REV",
         default=None,
-        help="instead: time this code's training step against revision REV's, in turn (scripts/bench_against.py)",
+        help="instead: time this code's training step against revision REV's, in turn (scripts/benchmarks/against.py)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="with --against: timed steps of each revision (default 5)")
     args = parser.parse_args(argv)
     if args.against:
-        import bench_against
+        from scripts.benchmarks import against
 
-        result = bench_against.compare("recognizer", args.against, args.quick, args.rounds)
-        print(json.dumps(result) if args.json else bench_against.report(result))
+        result = against.compare("recognizer", args.against, args.quick, args.rounds)
+        print(json.dumps(result) if args.json else against.report(result))
         return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

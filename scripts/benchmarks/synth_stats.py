@@ -1,8 +1,8 @@
 """Listening by numbers: statistics of a corpus from ``speech-attend prepare synth``, and synthesis speed.
 
-    python scripts/synth_stats.py --corpus DIR
-    python scripts/synth_stats.py --text
-    python scripts/synth_stats.py --speed [--sentences 40]
+    python -m scripts.benchmarks.synth_stats --corpus DIR
+    python -m scripts.benchmarks.synth_stats --text
+    python -m scripts.benchmarks.synth_stats --speed [--sentences 40]
 
 ``--corpus``: utterances per split and engine, distinct words, the share of dev and test words
 (running words and distinct words) never in the training transcripts, durations (percentiles),
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,12 +27,11 @@ import numpy as np
 import soundfile as sf
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from speech_attend.builtin import corpus  # noqa: E402
-from speech_attend.builtin.piper_voice import PiperEngine, missing_packages  # noqa: E402
-from speech_attend.builtin.speakers import espeak_speakers, piper_speakers  # noqa: E402
-from speech_attend.builtin.wordnet_sentences import load_sentences, oov_rates, split_sentences  # noqa: E402
-from speech_attend.data.readers import read_librispeech  # noqa: E402
+from speech_attend.builtin import corpus
+from speech_attend.builtin.piper_voice import PiperEngine, missing_packages
+from speech_attend.builtin.speakers import espeak_speakers, piper_speakers
+from speech_attend.builtin.wordnet_sentences import load_sentences, oov_rates, split_sentences
+from speech_attend.data.readers import read_librispeech
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -84,7 +82,7 @@ def corpus_statistics(corpus: Path) -> dict:
 
 def text_statistics() -> dict:
     """Sentences, distinct words and OOV rates of the WordNet text, for corpora of several sizes."""
-    pools = corpus._sentence_pools("wordnet", seed=0)  # in the order a seed-0 corpus speaks them
+    pools = corpus.sentence_pools("wordnet", seed=0)  # in the order a seed-0 corpus speaks them
     stats: dict = {
         "sentences": {split: len(pool) for split, pool in pools.items()},
         "distinct_words": {split: len({w for s in pool for w in s.split()}) for split, pool in pools.items()},
@@ -113,7 +111,7 @@ def synthesis_speed(count: int) -> dict:
         start, audio = time.perf_counter(), 0.0
         engine = PiperEngine(seed=0)  # included: one session per block of 16 utterances in prepare_synth
         for sentence in sentences:
-            wave = corpus._speak_piper(engine, sentence, rng.choice(piper), 1.0, 0.667, 0.8, 0.9)
+            wave = corpus.speak_piper(engine, sentence, rng.choice(piper), 1.0, 0.667, 0.8, 0.9)
             audio += len(wave) / corpus.SAMPLE_RATE
         speeds["piper"] = {"audio_seconds": round(audio, 1), "x_real_time": round(audio / (time.perf_counter() - start), 1)}
     return speeds

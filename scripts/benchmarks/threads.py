@@ -1,14 +1,14 @@
 """What a CPU training gains from a second thread handed to it while it runs (``make demo``'s
 hand-over between its two lanes).
 
-    python scripts/bench_threads.py [--data data/synth] [--steps 700] [--switch-after 70] [--modes one,two,file,pinned]
+    python -m scripts.benchmarks.threads [--data data/synth] [--steps 700] [--switch-after 70] [--modes one,two,file,pinned]
 
 Fits the demo recognizer (``configs/speech_attend/demo.yaml``, no validation) once per mode and
 reports the seconds of its second epoch, which starts after the switch:
 
 * ``one``: one thread throughout;
 * ``two``: two threads from the start;
-* ``file``: one thread, then ``ThreadsFromFile`` (``scripts/demo_lanes.py``) is told 2 after ``--switch-after`` seconds (the demo's way);
+* ``file``: one thread, then ``ThreadsFromFile`` (:mod:`shared.training.threads`) is told 2 after ``--switch-after`` seconds (the demo's way);
 * ``pinned``: pinned to one core with one thread, then allowed every core after ``--switch-after``
   seconds; the threads follow only if the training sets them, so this mode sets them through the
   file as well. It shows why the demo does not pin: OpenMP counts the cores when torch loads.
@@ -27,18 +27,18 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ("one", "two", "file", "pinned")
 
 
-def _epoch_seconds(log: str, epoch: int) -> float | None:
+def epoch_seconds(log: str, epoch: int) -> float | None:
     """The elapsed time of ``epoch``'s finished progress bar (``[MM:SS<``), or ``None``."""
     found = re.findall(rf"Epoch {epoch}: 100%\|[^|]*\|\s*\d+/\d+ \[(\d+):(\d\d)<", log)
     return None if not found else int(found[-1][0]) * 60 + int(found[-1][1])
 
 
 def run(mode: str, data: Path, steps: int, switch_after: float, work: Path) -> float | None:
-    """One fit in ``mode``; the seconds of its second epoch. (It runs in ROOT, where ``scripts.demo_lanes`` imports.)"""
+    """One fit in ``mode``; the seconds of its second epoch."""
     threads_file = work / f"{mode}.threads"
     args = [
         sys.executable,
@@ -55,7 +55,7 @@ def run(mode: str, data: Path, steps: int, switch_after: float, work: Path) -> f
         str(work / mode),
         "--trainer.check_val_every_n_epoch",
         "1000",
-        "--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile",
+        "--trainer.callbacks+=shared.training.threads.ThreadsFromFile",
         "--trainer.callbacks.path",
         str(threads_file),
     ]
@@ -75,7 +75,7 @@ def run(mode: str, data: Path, steps: int, switch_after: float, work: Path) -> f
                 threads_file.write_text(f"{len(every_core)}\n")
         if process.wait() != 0:
             raise SystemExit(f"bench_threads: the {mode} fit failed; its log: {log_path}")
-    return _epoch_seconds(log_path.read_text(errors="replace"), 1)
+    return epoch_seconds(log_path.read_text(errors="replace"), 1)
 
 
 def main(argv: list[str] | None = None) -> int:

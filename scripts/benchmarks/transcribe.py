@@ -1,6 +1,6 @@
 """The recognizer's speed target: `speech-attend transcribe` of a 10-second file on one core.
 
-    python scripts/bench_transcribe.py [--ckpt models/speech_attend] [--beams 24,48] [--runs 3] [--file F] [--json]
+    python -m scripts.benchmarks.transcribe [--ckpt models/speech_attend] [--beams 24,48] [--runs 3] [--file F] [--json]
 
 Without ``--file``, the 10-second file is the shipped model's recorded clips
 (``tests/data/shipped/*.flac``) joined and repeated to 10.0 s, written as 16-bit WAV. For each run,
@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 SECONDS = 10.0
 RATE = 16000

@@ -1,6 +1,6 @@
 """Three ways attention fails, each shown with a reproducible example.
 
-    python scripts/failure_modes.py --captioner CKPT --recognizer CKPT [--data data] [--out outputs/failure_modes]
+    python -m scripts.demo.failure_modes --captioner CKPT --recognizer CKPT [--data data] [--out outputs/failure_modes]
 
 1. Two near-identical candidates: a scene with two objects of the same size, colour and shape.
    For each word naming them, how the attention's mass falls on the two boxes: split between
@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from shared import beam_search  # noqa: E402
-from shared.evaluation.plots import save_alignment, save_caption_grid  # noqa: E402
-from show_attend.builtin.shapes import generate_scene  # noqa: E402
-from speech_attend.evaluate.metrics import char_error_rate  # noqa: E402
+from shared import beam_search
+from shared.evaluation.plots import save_alignment, save_caption_grid
+from show_attend.builtin.shapes import generate_scene
+from speech_attend.evaluate.metrics import char_error_rate
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _scene(rng: np.random.Generator, accept) -> object:

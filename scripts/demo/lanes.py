@@ -4,16 +4,9 @@ A :class:`Lane` runs one app's commands with its share of the threads, writes th
 log file instead of the terminal, and says what it is doing (for a training: its step, read from
 the run's own ``metrics.csv``). When one lane is done, :meth:`Lane.widen` hands its cores to the
 other: torch can change its intra-op threads at any time, but only from inside the process, so
-the lane's training loads :class:`ThreadsFromFile`, which reads the wanted count from a file.
-
-(Pinning each training to its cores and widening them later does not work as well: OpenMP
-counts the cores it may use when torch loads, and a run started on one core then spins too
-briefly between parallel regions to gain from a second; docs/BENCHMARKS.md, "The demo in 10
-minutes".)
-
-This is the demo's machinery, not the library's: the apps' trainings load the callback by its
-class path, ``scripts.demo_lanes.ThreadsFromFile``, from the repository's root, which
-:attr:`Lane.env` puts on ``PYTHONPATH``.
+the lane's training loads the product's
+:class:`~shared.training.threads.ThreadsFromFile`, which reads the wanted count from a file
+(docs/BENCHMARKS.md, "The demo in 10 minutes").
 """
 
 from __future__ import annotations
@@ -24,57 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytorch_lightning as pl
-import torch
-from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
-
-__all__ = ["Lane", "ThreadsFromFile", "steps_done"]
-
-ROOT = Path(__file__).resolve().parents[1]  # where ``scripts.demo_lanes`` imports from
-
-
-class ThreadsFromFile(pl.Callback):
-    """Before each training batch, if ``path`` has changed since the last look, set torch's
-    intra-op threads to the positive number it holds. No file means no change; a file that cannot
-    be read or does not hold a positive whole number is reported once and ignored.
-
-    Args:
-        path (str): a text file, written by whoever hands the run more (or fewer) cores.
-
-    Example::
-
-        PYTHONPATH=. speech-attend fit ... --trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile \\
-            --trainer.callbacks.path run.threads
-        echo 2 > run.threads   # from the next step on, two threads
-    """
-
-    def __init__(self, path: str):
-        self.path = Path(path)
-        self._seen: tuple[int, int] | None = None  # the file's (modification time, size) last read
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return
-        if (stat.st_mtime_ns, stat.st_size) == self._seen:
-            return
-        self._seen = stat.st_mtime_ns, stat.st_size
-        try:
-            text = self.path.read_text().strip()
-        except (OSError, UnicodeDecodeError) as error:  # a folder, no permission, binary: the run goes on
-            rank_zero_warn(
-                f"{self.path}: cannot be read as a number of threads ({error.__class__.__name__}); threads left at {torch.get_num_threads()}"
-            )
-            return
-        if not text.isdigit() or int(text) < 1:
-            rank_zero_warn(
-                f"{self.path}: expected a positive whole number of threads, got {text!r}; threads left at {torch.get_num_threads()}"
-            )
-            return
-        if int(text) != torch.get_num_threads():
-            torch.set_num_threads(int(text))
-            rank_zero_info(f"{self.path}: {int(text)} threads from step {trainer.global_step}")
+__all__ = ["Lane", "steps_done"]
 
 
 def steps_done(runs: Path, since: float = 0.0) -> int | None:
@@ -134,13 +77,16 @@ class Lane:
 
     @property
     def env(self) -> dict[str, str]:
-        """The environment of the lane's commands: its threads, and the repository's root importable (for the callback)."""
-        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        return {**os.environ, "OMP_NUM_THREADS": str(self.threads), "PYTHONPATH": path}
+        """The environment of the lane's commands: its threads."""
+        return {**os.environ, "OMP_NUM_THREADS": str(self.threads)}
 
     def fit_options(self) -> tuple[str, ...]:
         """What a training in this lane is given so that :meth:`widen` reaches it while it runs."""
-        return ("--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile", "--trainer.callbacks.path", str(self.threads_file))
+        return (
+            "--trainer.callbacks+=shared.training.threads.ThreadsFromFile",
+            "--trainer.callbacks.path",
+            str(self.threads_file),
+        )
 
     def widen(self, threads: int) -> None:
         """More threads for the lane (the other one is done): its running training takes them at

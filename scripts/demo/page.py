@@ -162,7 +162,7 @@ def build_page(
         explain (dict or None): ``summary`` (numbers) and the ``disagree`` and ``agree`` examples
             (``caption``, ``png``, ``rank_correlation``, ``in_top3``, ``words``).
         bottleneck (dict or None): ``command`` and ``plots`` (PNGs; empty when not run yet).
-        failures (dict or None): what ``scripts/failure_modes.py`` wrote.
+        failures (dict or None): what ``scripts/demo/failure_modes.py`` wrote.
 
     Returns:
         Path: the page.

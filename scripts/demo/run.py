@@ -1,17 +1,17 @@
 """The main job: train both apps on built-in data and show what they learned.
 
-    python scripts/demo.py [--fresh] [--out outputs/demo]
+    python -m scripts.demo.run [--fresh] [--out outputs/demo]
 
 Each stage is skipped when its result is already there, so a second run reuses the prepared
 data and trained checkpoints and takes about a minute; ``--fresh`` starts over. Every stage
 runs the apps' own command lines, so what the demo shows is what a user gets.
 
-The two apps train at the same time, in two lanes (``scripts/demo_lanes.py``), each one process
+The two apps train at the same time, in two lanes (:mod:`scripts.demo.lanes`), each one process
 on half of the CPU cores: neither training gains much from a second core (their matrix products
 are small: one decoder step per word or character; docs/BENCHMARKS.md), and the captioner's
 tests and examples run while the recognizer is still training. Once one lane is done, the
 other's training takes every core from its next step (through a threads file that its training
-reads, :class:`~scripts.demo_lanes.ThreadsFromFile`). Their output goes to ``<out>/logs/``; every
+reads, :class:`~shared.training.threads.ThreadsFromFile`). Their output goes to ``<out>/logs/``; every
 half minute the terminal shows both trainings' steps, read from their runs' ``metrics.csv``.
 """
 
@@ -33,13 +33,11 @@ from pathlib import Path
 import soundfile
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from demo_lanes import Lane  # noqa: E402
-from demo_page import build_page  # noqa: E402
+from scripts.demo.lanes import Lane
+from scripts.demo.page import build_page
+from shared.training.checkpoints import find_checkpoint
 
-from shared.training.checkpoints import find_checkpoint  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOW_IMAGES, SPEECH_FILES, EXPLAIN_IMAGES = 6, 6, 24
 CAPTIONER_CONFIG, RECOGNIZER_CONFIG = "configs/show_attend/demo.yaml", "configs/speech_attend/demo.yaml"
 
@@ -204,8 +202,8 @@ def _explain(checkpoint: Path, images: list[Path], folder: Path, lane: Lane | No
 
 
 def _bottleneck() -> dict:
-    """The bottleneck plots, if ``scripts/bottleneck.py`` has been run (full run first), copied beside the page."""
-    command = "python scripts/bottleneck.py --quick"
+    """The bottleneck plots, if :mod:`scripts.experiments.bottleneck` has been run (full run first), copied beside the page."""
+    command = "python -m scripts.experiments.bottleneck --quick"
     for kind in ("full", "quick"):
         folder = ROOT / "outputs" / "bottleneck" / kind
         plots = sorted(folder.glob("*.png")) if (folder / "results.json").is_file() else []
@@ -385,11 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     caption_metrics, speech_metrics = captioned["metrics"], spoken["metrics"]
     metrics = {"captioner": caption_metrics, "recognizer": speech_metrics}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    _stage("Failure modes: identical objects, a longer scene, a dropped mask (scripts/failure_modes.py)")
+    _stage("Failure modes: identical objects, a longer scene, a dropped mask (scripts/demo/failure_modes.py)")
     _run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "failure_modes.py"),
+            "-m",
+            "scripts.demo.failure_modes",
             "--captioner",
             captioned["checkpoint"],
             "--recognizer",

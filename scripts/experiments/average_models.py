@@ -1,6 +1,6 @@
 """Average exported models fine-tuned from one start into one exported model (a uniform model soup).
 
-    python scripts/average_models.py --models outputs/ft26s2/HFA_export outputs/ft26s3/HFA_export --out outputs/ft26soup
+    python -m scripts.experiments.average_models --models outputs/ft26s2/HFA_export outputs/ft26s3/HFA_export --out outputs/ft26soup
 
 Each weight of the result is the mean of the models' (``shared.training.averaging.uniform_soup``).
 The models must be the same model apart from their weights: the same ``config.json``, and every
@@ -22,11 +22,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from shared.io.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, export_folder, load_model_files  # noqa: E402
-from shared.io.writes import replacing  # noqa: E402
-from shared.training.averaging import uniform_soup  # noqa: E402
+from shared.io.model_files import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, export_folder, load_model_files
+from shared.io.writes import replacing
+from shared.training.averaging import uniform_soup
 
 
 def _app(folder: Path) -> str:

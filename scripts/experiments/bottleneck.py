@@ -1,6 +1,6 @@
 """What attention buys: each app with attention against the same app reading one fixed vector.
 
-    python scripts/bottleneck.py [--quick] [--out outputs/bottleneck] [--apps captioner,recognizer] [--data data]
+    python -m scripts.experiments.bottleneck [--quick] [--out outputs/bottleneck] [--apps captioner,recognizer] [--data data]
 
 A decoder without attention (``attention: none``: every step reads the mean of the encoder's
 vectors, as Show and Tell reads one image vector) must squeeze the whole input into that
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -33,14 +32,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from shared.evaluation.plots import save_lines  # noqa: E402
-from shared.training.checkpoints import find_checkpoint  # noqa: E402
-from show_attend.builtin.shapes import COLOURS, SHAPES, generate_scene  # noqa: E402
-from show_attend.evaluate.metrics import exact_match  # noqa: E402
-from show_attend.train.pointing import ATTRIBUTE_WORDS  # noqa: E402
-from speech_attend.evaluate.metrics import char_error_rate  # noqa: E402
+from shared.evaluation.plots import save_lines
+from shared.training.checkpoints import find_checkpoint
+from show_attend.builtin.shapes import COLOURS, SHAPES, generate_scene
+from show_attend.evaluate.metrics import exact_match
+from show_attend.train.pointing import ATTRIBUTE_WORDS
+from speech_attend.evaluate.metrics import char_error_rate
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MODELS = {"attention": [], "fixed vector": ["none"]}  # label -> the attention override (none for the fixed vector)
 

@@ -1,7 +1,7 @@
 """Attention weights against occlusion on the shapes test split, where every object's box is known.
 
-    python scripts/faithfulness.py [--quick] [--data data/shapes] [--out outputs/faithfulness]
-    python scripts/faithfulness.py --ckpt NAME=CKPT [--ckpt NAME=CKPT ...]   (score given models only)
+    python -m scripts.experiments.faithfulness [--quick] [--data data/shapes] [--out outputs/faithfulness]
+    python -m scripts.experiments.faithfulness --ckpt NAME=CKPT [--ckpt NAME=CKPT ...]   (score given models only)
 
 Trains four captioners with the demo's budget (``configs/show_attend/demo.yaml``): soft and hard
 attention, each with and without the doubly stochastic term (lambda 1 and 0), then, for every
@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from shared.training.checkpoints import find_checkpoint  # noqa: E402
-from show_attend.data.images import image_transform, load_image  # noqa: E402
-from show_attend.data.readers import read_karpathy  # noqa: E402
-from show_attend.infer.explain import explain_image  # noqa: E402
-from show_attend.train.pointing import pointing_hits  # noqa: E402
+from shared.training.checkpoints import find_checkpoint
+from show_attend.data.images import image_transform, load_image
+from show_attend.data.readers import read_karpathy
+from show_attend.infer.explain import explain_image
+from show_attend.train.pointing import pointing_hits
+
+ROOT = Path(__file__).resolve().parents[2]
 
 VARIANTS = {  # name -> overrides of the demo config
     "soft, lambda 1": ["--model.decoder.attention", "soft", "--model.doubly_stochastic", "1.0"],

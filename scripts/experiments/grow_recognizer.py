@@ -22,9 +22,9 @@ the timer carry on, and the optimizer's moments start afresh (they belonged to o
 An exported folder (``models/speech_attend``) grows into an exported folder, which ``fit
 --init_from`` starts a new run from.
 
-    python scripts/grow_recognizer.py --ckpt outputs/ft3/FQ_last_65718.ckpt --out grown.ckpt \\
+    python -m scripts.experiments.grow_recognizer --ckpt outputs/ft3/FQ_last_65718.ckpt --out grown.ckpt \\
         --listener-hidden 192 --speller-hidden 384
-    python scripts/grow_recognizer.py --ckpt models/speech_attend --out grown/ --listener-hidden 256 --speller-hidden 512
+    python -m scripts.experiments.grow_recognizer --ckpt models/speech_attend --out grown/ --listener-hidden 256 --speller-hidden 512
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from shared.io.model_files import CheckpointError, export_folder, load_model_files, safe_torch_load  # noqa: E402
+from shared.io.model_files import CheckpointError, export_folder, load_model_files, safe_torch_load
 
 GROWABLE_ATTENTION = ("location", "additive")  # scores whose query and key projections are plain Linear layers
 

@@ -1,20 +1,23 @@
 """The recognizer's recipe search: candidates that differ from one base in one thing, at equal wall time.
 
-    python scripts/recipe_search.py [--minutes 20] [--only A,S] [--out outputs/search] [--plot-only]
-    python scripts/recipe_search.py --from outputs/search/A_last_36818.ckpt --max-steps 60000 \
+    python -m scripts.experiments.recipe_search [--minutes 20] [--only A,S] [--out outputs/search] [--plot-only]
+    python -m scripts.experiments.recipe_search --from outputs/search/A_last_36818.ckpt --max-steps 60000 \
         --minutes 95 --only FC,FS --out outputs/ft
 
-The second form is stage two: candidates (``STAGE_TWO``) that go on from one checkpoint (the long
-run's end), each for ``--minutes`` more wall time, with the cosine schedule stretched to
-``--max-steps`` (the learning rate rises again to where the longer cosine stands, then decays).
-``--from`` also takes an exported folder (``models/speech_attend``: a model whose run is gone):
-then each candidate is a new run from its weights (``fit --init_from``) with a schedule of its own,
-``--max-steps`` long, and none of a first run's start-up stages (``FROM_EXPORT``).
+Each candidate is a recipe, one YAML file in ``recipes/`` beside this script: ``NAME.yaml`` holds a
+one-line ``description`` of what it changes, its ``stage`` and its ``overrides`` of
+``configs/speech_attend/broad_las.yaml`` (``key: value``, as ``fit``'s ``--key value``). A stage-1
+recipe trains from the start; a stage-2 recipe goes on from a checkpoint (``--from``, the long run's
+end), for ``--minutes`` more wall time, with the cosine schedule stretched to ``--max-steps`` (the
+learning rate rises again to where the longer cosine stands, then decays). ``--from`` also takes an
+exported folder (``models/speech_attend``: a model whose run is gone): then each candidate is a new
+run from its weights (``fit --init_from``) with a schedule of its own, ``--max-steps`` long, and
+none of a first run's start-up stages (``FROM_EXPORT``).
 
-Each candidate is ``configs/speech_attend/broad_las.yaml`` with a few overrides (``CANDIDATES``).
-Two train at once, one thread each (one core each on a 2-core machine), for ``--minutes`` of wall
-time (``--trainer.max_time``); then ``validate`` scores each one's last checkpoint on the same
-200 dev utterances (held-out sentences and voices) as its validations during training. It writes:
+Two candidates train at once, one thread each (one core each on a 2-core machine), for
+``--minutes`` of wall time (``--trainer.max_time``); then ``validate`` scores each one's last
+checkpoint on the same 200 dev utterances (held-out sentences and voices) as its validations
+during training. It writes:
 
 - ``OUT/<name>/``: the run (``version_0/metrics.csv`` with ``val/cer`` and ``val/fit_seconds``);
 - ``OUT/<name>.log``: the run's output;
@@ -44,240 +47,60 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "speech_attend" / "broad_las.yaml"
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 SPEECH_ATTEND = [sys.executable, "-m", "speech_attend.cli"]
 
-# name -> (what differs from the base, its overrides). The base is broad_las.yaml as written.
-CANDIDATES: dict[str, tuple[str, list[str]]] = {
-    "A": ("base: listener 128, speller 256, attention 64 (the demo's sizes, 1.9 M weights), batch 16", []),
-    "S": (
-        "smaller: listener 96, speller 192, attention 48, embedding 48",
-        [
-            "--model.las.listener_hidden",
-            "96",
-            "--model.las.speller_hidden",
-            "192",
-            "--model.las.attention_dim",
-            "48",
-            "--model.las.embedding_dim",
-            "48",
-        ],
-    ),
-    "L": (
-        "larger: listener 192, speller 384, attention 96",
-        ["--model.las.listener_hidden", "192", "--model.las.speller_hidden", "384", "--model.las.attention_dim", "96"],
-    ),
-    "B32": ("batch 32 (half the updates, twice the utterances each)", ["--data.batch_size", "32"]),
-    "F60": ("60 ms listener frames (3 stacked, not 4)", ["--model.las.input_stack", "3"]),
-    "C0": (
-        "conditions from the first step (no clean start)",
-        ["--data.augment.start_step", "0", "--data.augment.ramp_steps", "0"],
-    ),
-    "CTC": (
-        "CTC weight 0.3 throughout (not 0.5 falling to 0.3)",
-        ["--model.ctc_weight", "0.3", "--model.ctc_weight_final", "0.3"],
-    ),
-    "NSF": ("no shortest-first epoch", ["--data.curriculum_epochs", "0"]),
-    "UM": (
-        "each utterance's mean log-mel over its loud frames taken out (features.utterance_mean)",
-        ["--model.features.utterance_mean", "true"],
-    ),
-    "UQ": (
-        "UM without the bit-depth rounding and the sounds without speech (0.3 and 0.03 in broad_las.yaml): the "
-        "conditions of the first long run, whose validation CER fell faster",
-        ["--model.features.utterance_mean", "true", "--data.augment.quantize_prob", "0", "--data.augment.non_speech_prob", "0"],
-    ),
-}
 
-# Stage two: what the long run under-sampled, tried from its last checkpoint (``--from``). The
-# base of both is the conditions' babble share: a quarter of the draws at 0-30 dB left babble at
-# 10 dB 2.3x the clean WER.
-STAGE_TWO: dict[str, tuple[str, list[str]]] = {
-    "FC": (
-        "from the long run: babble in 42% of the draws (not 25%) at 0-20 dB (not 0-30)",
-        ["--data.augment.noise_prob", "0.6", "--data.augment.babble_prob", "0.7", "--data.augment.snr_db", "[0,20]"],
-    ),
-}
-STAGE_TWO["FS"] = (
-    "FC and SpecAugment (2 masks of up to 15 mel bands, 2 of up to 40 frames)",
-    [
-        *STAGE_TWO["FC"][1],
-        "--model.features.freq_masks",
-        "2",
-        "--model.features.freq_mask_width",
-        "15",
-        "--model.features.time_masks",
-        "2",
-    ],
-)
-STAGE_TWO["FQ"] = (
-    "FC and quiet files: gain in 60% of the draws (not 50%) down to -56 dB, 12-16-bit rounding in 50% (not 8-16 in 30%)",
-    [
-        *STAGE_TWO["FC"][1],
-        "--data.augment.gain_prob",
-        "0.6",
-        "--data.augment.gain_db",
-        "[-56,6]",
-        "--data.augment.quantize_prob",
-        "0.5",
-        "--data.augment.quantize_bits",
-        "[12,16]",
-    ],
-)
-for _floor in (-60, -50, -45):  # the -50 dB recordings: a front end whose noise floor hides 16-bit rounding
-    STAGE_TWO[f"FN{-_floor}"] = (
-        f"FQ and a noise floor at {_floor} dBFS under the log-mel (features.noise_floor_dbfs)",
-        [*STAGE_TWO["FQ"][1], "--model.features.noise_floor_dbfs", str(_floor)],
-    )
-STAGE_TWO["FR"] = ("FQ and rooms in 45% of the draws (not 30%)", [*STAGE_TWO["FQ"][1], "--data.augment.reverb_prob", "0.45"])
-STAGE_TWO["G"] = (
-    "FR, its listener grown to 256 units per direction (scripts/grow_recognizer.py: from the checkpoint it writes)",
-    [*STAGE_TWO["FR"][1], "--model.las.listener_hidden", "256"],
-)
-STAGE_TWO["FR2"] = ("FR going on: its conditions, the schedule stretched again (from FR's last checkpoint)", STAGE_TWO["FR"][1])
-STAGE_TWO["G2"] = ("G going on: its conditions, the schedule stretched again (from G's last checkpoint)", STAGE_TWO["G"][1])
-STAGE_TWO["G3"] = (
-    "G2 going on with twice the sounds without speech (6% of the draws, not 3%): G2 wrote words for a 1-s tone",
-    [*STAGE_TWO["G"][1], "--data.augment.non_speech_prob", "0.06"],
-)
-STAGE_TWO["G4"] = ("G3 going on: its conditions, the schedule stretched again (from G3's last checkpoint)", STAGE_TWO["G3"][1])
-STAGE_TWO["G4B"] = (
-    "G4 with babble in 64% of the draws (not 42%) at 0-15 dB (not 0-20): babble at 10 dB was 2.05x clean",
-    [
-        *STAGE_TWO["G3"][1],
-        "--data.augment.noise_prob",
-        "0.8",
-        "--data.augment.babble_prob",
-        "0.8",
-        "--data.augment.snr_db",
-        "[0,15]",
-    ],
-)
-STAGE_TWO["H"] = (
-    "G3's weights (the export) going on: its conditions, a new schedule peaking at 2e-4",
-    [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002"],
-)
-STAGE_TWO["HS"] = (
-    "H with the speller grown to 512 units (grow_recognizer.py from the export; from the folder it writes)",
-    [*STAGE_TWO["H"][1], "--model.las.speller_hidden", "512"],
-)
-STAGE_TWO["HF"] = (
-    "H with another voice for a quarter of the utterances: pitch +5 to +12 semitones, formants x1.14-1.26 "
-    "(Flite's and Festival's worst voice is the female slt)",
-    [*STAGE_TWO["H"][1], "--data.augment.voice_shift_prob", "0.25"],
-)
-_VOICES_LIGHTER = [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0001", "--data.augment.voice_shift_prob", "0.15"]
-STAGE_TWO["HV"] = (
-    "H's end (its cosine done) going on with another voice for 15% of the utterances, a new cosine peaking at 1e-4 "
-    "(from H's export)",
-    _VOICES_LIGHTER,
-)
-STAGE_TWO["HFV"] = (
-    "HF's end going on with another voice for 15% of the utterances (not 25%), a new cosine peaking at 1e-4 (from HF's export)",
-    _VOICES_LIGHTER,
-)
-STAGE_TWO["HFC"] = (
-    "HFV's end going on with its conditions, a new cosine peaking at 1e-4 (from HFV's export; HFE's control)",
-    _VOICES_LIGHTER,
-)
-STAGE_TWO["HFE"] = (
-    "HFC with another timbre for 30% of the utterances: a smooth random equaliser, tilt -2..2 dB an octave "
-    "and 1-3 peaks or dips of -8..8 dB (Flite's worst voices are its vocoded ones, rms and slt)",
-    [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.3"],
-)
-STAGE_TWO["HFT"] = (
-    "HFE run longer: HFV's end going on with another timbre for 30% of the utterances (from HFV's export)",
-    STAGE_TWO["HFE"][1],
-)
-STAGE_TWO["HFT15"] = (
-    "HFT with another timbre for 15% of the utterances (not 30%): HFE lost on eSpeak what it won on Flite",
-    [*_VOICES_LIGHTER, "--data.augment.timbre_prob", "0.15"],
-)
-STAGE_TWO["HFS"] = (
-    "HFC with the front end's rounding-noise subtraction (features.rounding_noise, on by default since "
-    "HFV was trained): HFV's conditions, whose quiet files it now hears as transcribe does",
-    _VOICES_LIGHTER,
-)
-_AVERAGED = ["--averaging.decay", "0.999"]
-STAGE_TWO["HFA"] = (
-    "HFS run longer, with the weights' moving average (averaging.decay 0.999; its checkpoint keeps the "
-    "trained weights too, HFA's raw control)",
-    [*_VOICES_LIGHTER, *_AVERAGED],
-)
-STAGE_TWO["HFA2"] = (
-    "HFA with a cosine peaking at 2e-4 (not 1e-4): the average smooths what the larger steps shake",
-    [*STAGE_TWO["G3"][1], "--model.optimizer.lr", "0.0002", "--data.augment.voice_shift_prob", "0.15", *_AVERAGED],
-)
-STAGE_TWO["HFB"] = (
-    "HFA on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
-    STAGE_TWO["HFA"][1],
-)
-STAGE_TWO["HFB2"] = (
-    "HFA2 on broad32 going on: its conditions, the schedule stretched (from its last checkpoint)",
-    STAGE_TWO["HFA2"][1],
-)
-STAGE_TWO["HFN"] = (
-    "HFB with each utterance's mean log-mel over its loud frames taken out (features.utterance_mean): "
-    "a fixed colour, as an engine's or a room's, goes",
-    [*STAGE_TWO["HFA"][1], "--model.features.utterance_mean", "true"],
-)
-STAGE_TWO["HFAT"] = (
-    "HFA with HFT's other timbre for 30% of the utterances: on the whole WordNet text (data/broad38) the "
-    "new sentences for the voices near training, the timbre for the engines never heard",
-    [*STAGE_TWO["HFA"][1], "--data.augment.timbre_prob", "0.3"],
-)
-# Part of the utterance mean as a fine-tune: HFN (all of it) lost, and at inference alone moving
-# each utterance's colour halfway to the training set's traded eSpeak for Flite.
-for _alpha in (25, 50):
-    STAGE_TWO[f"CS{_alpha}"] = (
-        f"HFA with each utterance's colour moved {_alpha} % of the way to the training set's mean colour "
-        f"(features.colour_shrink {_alpha / 100:g})",
-        [*STAGE_TWO["HFA"][1], "--model.features.colour_shrink", str(_alpha / 100)],
-    )
-STAGE_TWO["CS25N"] = (
-    "CS25 with sounds without speech in 10% of the draws (not 6%): CS25 on a 3,000-step cosine wrote words for a 1-s tone",
-    [*STAGE_TWO["CS25"][1], "--data.augment.non_speech_prob", "0.1"],
-)
-STAGE_TWO["CS25Q"] = (
-    "CS25N with 14-16-bit rounding in 80% of the draws (not 12-16 in 50%): a quiet 16-bit file, as the "
-    "-50 dB recordings are, 2.7x as often",
-    [*STAGE_TWO["CS25N"][1], "--data.augment.quantize_prob", "0.8", "--data.augment.quantize_bits", "[14,16]"],
-)
-# Babble at 10 dB (2.1x clean) and 16-bit files 50 dB down (1.14x) did not move with more of them
-# in training: the listener is drawn toward hearing each utterance as it hears it without them.
-for _weight in (0.2, 1.0):
-    STAGE_TWO[f"CS25K{_weight * 10:g}"] = (
-        f"CS25N with the consistency loss at weight {_weight:g} (model.consistency_weight): the listener's states of "
-        "the audio under noise, gain, offset and rounding drawn toward its states of the same audio without them",
-        [*STAGE_TWO["CS25N"][1], "--model.consistency_weight", str(_weight)],
-    )
-# White noise 30 dB under the speech costs the shipped model as much as a 16-bit file 50 dB down
-# (13-14 %), and since FC the conditions draw noise at 0-20 dB only: faint noise is never heard.
-STAGE_TWO["CS25W"] = (
-    "CS25N with noise in 90% of the draws (not 60%) at 0-30 dB (not 0-20): as much noise at 0-20 dB "
-    "as before, and faint noise at 20-30 dB besides",
-    [*STAGE_TWO["CS25N"][1], "--data.augment.noise_prob", "0.9", "--data.augment.snr_db", "[0,30]"],
-)
-STAGE_TWO["CS25W40"] = (
-    "CS25N with noise in 90% of the draws (not 60%) at 0-40 dB (not 0-20): faint noise down to 40 dB under the speech",
-    [*STAGE_TWO["CS25N"][1], "--data.augment.noise_prob", "0.9", "--data.augment.snr_db", "[0,40]"],
-)
-# A lineage from UM (the utterance mean from the start), its stage two in one step: FR's conditions
-# at once, on the whole WordNet training text (--data data/broad38: every training sentence once).
-STAGE_TWO["UF"] = (
-    "UM going on with FR's conditions (more babble, quiet files and rooms), the utterance mean kept (from UM's last checkpoint)",
-    [*STAGE_TWO["FR"][1], *CANDIDATES["UM"][1]],
-)
-STAGE_TWO["UG"] = (
-    "UF with the listener grown to 256 units per direction (grow_recognizer.py: from the checkpoint it writes)",
-    [*STAGE_TWO["UF"][1], "--model.las.listener_hidden", "256"],
-)
-RECIPES = {**CANDIDATES, **STAGE_TWO}
+@dataclass(frozen=True)
+class Recipe:
+    """One candidate: what it changes, whether it trains from the start (1) or goes on (2), its overrides."""
+
+    name: str
+    description: str
+    stage: int
+    overrides: dict
+
+    def arguments(self) -> list[str]:
+        """The overrides as ``fit`` takes them: ``--key value`` (lists as ``[a,b]``, booleans as ``true``)."""
+        arguments = []
+        for key, value in self.overrides.items():
+            text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, bool)) else str(value)
+            arguments += [f"--{key}", text]
+        return arguments
+
+
+def load_recipes(folder: Path = RECIPES_DIR) -> dict[str, Recipe]:
+    """Every ``NAME.yaml`` of ``folder``, by name (in the files' order).
+
+    Raises:
+        ValueError: a file without its one-line description, a stage of 1 or 2, or a mapping of overrides.
+    """
+    recipes = {}
+    for path in sorted(folder.glob("*.yaml")):
+        fields = yaml.safe_load(path.read_text()) or {}
+        description, stage, overrides = fields.get("description"), fields.get("stage"), fields.get("overrides")
+        if (
+            not isinstance(description, str)
+            or "\n" in description.strip()
+            or stage not in (1, 2)
+            or not isinstance(overrides, dict)
+        ):
+            raise ValueError(f"{path}: expected a one-line description, stage 1 or 2, and a mapping of overrides")
+        recipes[path.stem] = Recipe(path.stem, description.strip(), stage, overrides)
+    return recipes
+
+
+RECIPES = load_recipes()
+CANDIDATES = [name for name, recipe in RECIPES.items() if recipe.stage == 1]  # trained from the start
+STAGE_TWO = [name for name, recipe in RECIPES.items() if recipe.stage == 2]  # going on from --from
 
 # A candidate started from an exported model: a new optimiser and schedule (a short warm-up), and
 # none of the stages that help a model that has not aligned yet (guided attention, teacher forcing
@@ -314,7 +137,7 @@ def _run_dir(out: Path, name: str) -> Path:
 
 
 def _overrides(name: str, data: Path | None) -> list[str]:
-    return RECIPES[name][1] + ([] if data is None else ["--data.data_dir", str(data)])
+    return RECIPES[name].arguments() + ([] if data is None else ["--data.data_dir", str(data)])
 
 
 def _start(start: Path | None, max_steps: int | None, out: Path, name: str) -> tuple[float, list[str]]:
@@ -464,7 +287,7 @@ def summarise(out: Path, name: str) -> dict | None:
         slope = (last[2] - first[2]) / max(1.0, last[0] - first[0]) * 600
     return {
         "name": name,
-        "what": RECIPES[name][0],
+        "what": RECIPES[name].description,
         "weights": weights,
         "steps": steps,
         "seconds": round(seconds, 1),
@@ -524,16 +347,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in RECIPES]
     if unknown:
         print(
-            f"recipe_search: error: unknown candidates {unknown}; expected some of {list(CANDIDATES)}, "
-            f"or with --from some of {list(STAGE_TWO)}",
+            f"recipe_search: error: unknown candidates {unknown}; expected some of {CANDIDATES}, "
+            f"or with --from some of {STAGE_TWO}",
             file=sys.stderr,
         )
         return 2
     mixed = [n for n in names if (n in STAGE_TWO) != bool(args.start)]
     if mixed and not args.plot_only:
         print(
-            f"recipe_search: error: {mixed}: stage-two candidates ({list(STAGE_TWO)}) need --from, the others train "
-            "from the start",
+            f"recipe_search: error: {mixed}: stage-two candidates ({STAGE_TWO}) need --from, the others train from the start",
             file=sys.stderr,
         )
         return 2

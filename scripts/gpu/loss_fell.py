@@ -1,6 +1,6 @@
 """Check that a run's training loss fell, from its CSV log; print the first and last values.
 
-    python scripts/loss_fell.py RUN_DIR [--column train/loss] [--min-drop 0.2]
+    python -m scripts.gpu.loss_fell RUN_DIR [--column train/loss] [--min-drop 0.2]
 
 Exit code 0 when the mean of the last fifth of logged losses is at least ``min-drop``
 (relative) below the mean of the first fifth, 1 otherwise.

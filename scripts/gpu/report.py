@@ -1,15 +1,15 @@
-"""What ``scripts/gpu_check.sh`` and ``scripts/gpu_train_recognizer.sh`` write about each stage.
+"""What ``scripts/gpu/check.sh`` and ``scripts/gpu/train_recognizer.sh`` write about each stage.
 
-    python scripts/gpu_report.py env      --summary S
-    python scripts/gpu_report.py stage    --summary S NAME --rc RC --seconds T --limit L [--note TEXT]
-    python scripts/gpu_report.py loss     --summary S --run DIR --app NAME --csv CURVES [--steps N] [--min-drop 0.5]
-    python scripts/gpu_report.py bench    --summary S --app captioner|recognizer --output TXT [--benchmarks docs/BENCHMARKS.md]
-    python scripts/gpu_report.py tinybench --app captioner|recognizer --device cpu       (the benchmark at toy sizes)
-    python scripts/gpu_report.py asr-run  --summary S --run DIR --batch N --csv CURVE
-    python scripts/gpu_report.py devsets  --summary S --ckpt DIR --devsets DIR --device cuda --json OUT
+    python -m scripts.gpu.report env      --summary S
+    python -m scripts.gpu.report stage    --summary S NAME --rc RC --seconds T --limit L [--note TEXT]
+    python -m scripts.gpu.report loss     --summary S --run DIR --app NAME --csv CURVES [--steps N] [--min-drop 0.5]
+    python -m scripts.gpu.report bench    --summary S --app captioner|recognizer --output TXT [--benchmarks docs/BENCHMARKS.md]
+    python -m scripts.gpu.report tinybench --app captioner|recognizer --device cpu       (the benchmark at toy sizes)
+    python -m scripts.gpu.report asr-run  --summary S --run DIR --batch N --csv CURVE
+    python -m scripts.gpu.report devsets  --summary S --ckpt DIR --devsets DIR --device cuda --json OUT
 
 ``S`` is one JSON object (``summary.json``), one key per stage, rewritten whole after each stage,
-so whatever a device call leaves behind when it is cut short is complete up to the last stage.
+so whatever a run leaves behind when it is cut short is complete up to the last stage.
 Each command prints one line per result and exits 1 when the stage's check failed, so the shell
 scripts can record it and go on to the next stage.
 """
@@ -25,12 +25,8 @@ import os
 import platform
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Benchmark sizes for a rehearsal on a CPU: every code path of the full run, in seconds.
 _TINY_BENCH = {
@@ -113,7 +109,7 @@ def loss_curve(run: Path, app: str, csv_path: Path, steps: int, min_drop: float)
     """The run's ``train/loss`` by step, appended to ``csv_path`` (``app,step,loss``), and the checks:
     every value finite, logged up to within 10% of ``steps``, and the last fifth's mean at least
     ``min_drop`` (relative) below the first fifth's."""
-    from loss_fell import losses
+    from scripts.gpu.loss_fell import losses
 
     values = losses(run, "train/loss")
     new = not csv_path.exists()
@@ -191,10 +187,10 @@ def bench_report(app: str, output: Path, benchmarks: Path) -> dict:
 
 
 def tiny_bench(app: str, device: str) -> int:
-    """Run ``scripts/bench_<app>.py --json`` with its sizes set to ``_TINY_BENCH[app]`` (a rehearsal)."""
+    """Run ``scripts.benchmarks.<app> --json`` with its sizes set to ``_TINY_BENCH[app]`` (a rehearsal)."""
     import importlib
 
-    module = importlib.import_module("bench_captioner" if app == "captioner" else "bench_asr")
+    module = importlib.import_module("scripts.benchmarks.captioner" if app == "captioner" else "scripts.benchmarks.recognizer")
     module.BenchConfig = functools.partial(module.BenchConfig, **_TINY_BENCH[app])
     return module.main(["--device", device, "--json"])
 
@@ -235,17 +231,21 @@ def recognizer_run(run: Path, batch: int, csv_path: Path) -> dict:
 
 
 def score_devsets(ckpt: str, devsets: Path, device: str, json_path: Path) -> dict:
-    """WER and CER of an exported model on every group of ``devsets`` (``scripts/eval_speech.py``'s
+    """WER and CER of an exported model on every group of ``devsets`` (``speech-attend evaluate``'s
     loop), with ``json_path`` rewritten after each group (a cut-short call keeps the groups done)."""
-    from eval_speech import evaluate, groups_of
+    import tempfile
 
+    from speech_attend.evaluate.conditions import Condition
+    from speech_attend.evaluate.devsets import groups_of
+    from speech_attend.evaluate.evaluate import evaluate_group
     from speech_attend.infer.transcribe import Transcriber
 
     start = time.perf_counter()
     transcriber = Transcriber(ckpt, device=device)
     result = {"device": device, "groups": {}}
     for group in groups_of(devsets):
-        result["groups"][group] = evaluate(transcriber, devsets, group)
+        with tempfile.TemporaryDirectory() as work:
+            result["groups"][group] = evaluate_group(transcriber, devsets, group, [Condition("clean")], Path(work))["clean"]
         result["seconds"] = round(time.perf_counter() - start, 1)
         json_path.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--summary", type=Path, required=True)
     bench.add_argument("--app", choices=sorted(_CPU_FIGURES), required=True)
     bench.add_argument("--output", type=Path, required=True)
-    bench.add_argument("--benchmarks", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md")
+    bench.add_argument("--benchmarks", type=Path, default=Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md")
     tiny = commands.add_parser("tinybench")
     tiny.add_argument("--app", choices=sorted(_TINY_BENCH), required=True)
     tiny.add_argument("--device", default="cpu")

