@@ -69,6 +69,23 @@ def test_espeak_only_writes_a_group_of_other_clips_and_nothing_else(devsets, tmp
     assert {u.text for u in larger} != {u.text for u in read_librispeech(devsets, ["espeak_unseen"])}  # another seed: other clips
 
 
+def test_prepare_devsets_human_only_writes_the_human_groups_with_their_sources(tmp_path, capsys):
+    out = tmp_path / "human"
+    assert speech_attend(["prepare", "devsets", "--out", str(out), "--human-only"]) == 0
+    printed = capsys.readouterr().out
+    listing = json.loads((out / "devsets.json").read_text())
+    expected = [
+        g
+        for g, there in (("human_alsa", devsets_module.ALSA_SOUNDS), ("human", devsets_module.POCKETSPHINX_DATA))
+        if there.is_dir()
+    ]
+    assert sorted(listing["groups"]) == sorted(expected) or "skipped" in printed  # each left out with a note where not installed
+    assert sorted(p.name for p in out.iterdir()) == sorted(["devsets.json", *listing["groups"]])  # nothing synthesised
+    for group in listing["groups"]:
+        utterances = read_librispeech(out, [group])
+        assert utterances and [s["utterance"] for s in listing["sources"][group]] == [u.utt_id for u in utterances]
+
+
 def test_training_corpus_cannot_be_written_beside_evaluation_sets(devsets):
     with pytest.raises(ValueError, match="evaluation sets"):
         prepare_synth(devsets, train=2, dev=0, test=0, progress=False)

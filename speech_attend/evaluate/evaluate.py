@@ -20,6 +20,7 @@ and sounds without speech on clips of their own (:mod:`speech_attend.evaluate.wo
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -116,7 +117,7 @@ def evaluate_group(
         devsets (Path): the folder of groups.
         group (str): the group's folder name.
         conditions (list): as :func:`~speech_attend.evaluate.conditions.parse_conditions` gives them, ``clean`` first.
-        work (Path): where changed clips are written (emptied by the caller).
+        work (Path): where the changed clips of a condition are written, until they are transcribed.
         seed (int, optional): the draws' seed, the devsets' own for their groups' draws. (Default: ``0``)
         by_speaker (bool, optional): add each speaker's results (``speakers``). (Default: ``False``)
     """
@@ -143,6 +144,7 @@ def evaluate_group(
                 paths[i] = folder / f"{i:05d}{condition.suffix}"
                 sf.write(paths[i], wave, SAMPLE_RATE, subtype="PCM_16")
         texts, transcripts, failed, seconds = _transcribe(transcriber, paths)
+        shutil.rmtree(folder)  # the changed clips are transcribed: only their scores are kept
         edits = utterance_word_edits(refs, texts)
         if isinstance(condition, LongFiles):
             extra = {
