@@ -20,7 +20,7 @@ $(DEV_STAMP): $(APP_STAMP)
 
 # The main job: train both apps on built-in data, write outputs/demo/index.html (FRESH=1 starts over).
 demo: $(APP_STAMP)
-	$(PY) scripts/demo.py $(if $(FRESH),--fresh)
+	$(PY) -m scripts.demo.run $(if $(FRESH),--fresh)
 
 # The caption gallery's test opens its page in Debian's headless chromium: installed when missing.
 system-packages:

@@ -13,7 +13,6 @@ The core and the layers on it, each importing only those above it in this list::
     shared.evaluation            what both apps measure and plot
     shared.training              the Lightning plumbing: CLI base, LightningModule base, checkpoints
     show_attend, speech_attend   the apps
-    scripts/                     the demo, benchmarks, experiments
 
 This package imports neither app, and only :mod:`shared.training` imports Lightning.
 """

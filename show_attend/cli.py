@@ -3,6 +3,7 @@
     show-attend fit|validate|test --config configs/show_attend/shapes_soft.yaml [--data.data_dir DIR] ...
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
     show-attend caption --ckpt CKPT_OR_EXPORTED_DIR IMAGE_OR_FOLDER... [--beam-size 5] [--device cuda] [--overlay-dir DIR] [--html DIR] [--json]
+    show-attend evaluate --model CKPT_OR_EXPORTED_DIR --data DIR [--split test] [--beam-size N] [--json OUT]
     show-attend export --ckpt CKPT --out DIR [--include-encoder] [--beam-size 5]
     show-attend explain --ckpt CKPT IMAGE... --out DIR [--pixels]
 
@@ -159,6 +160,46 @@ def _caption(args: list[str]) -> int:
     return status
 
 
+def _evaluate(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} evaluate",
+        description="Score a model on a split of a data set: BLEU-1..4, METEOR (where Java and its jar are found), "
+        "ROUGE-L, CIDEr-D and exact match of its beam search's captions, as `test` computes them, without Lightning.",
+    )
+    parser.add_argument("--model", required=True, help="a .ckpt file or a folder written by `export`")
+    parser.add_argument("--data", required=True, metavar="DIR", help="the data set's folder (any layout `fit` reads)")
+    parser.add_argument("--split", default="test", help="train, val or test (default test)")
+    parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's)")
+    parser.add_argument("--max-length", type=int, default=None, help="most words per caption (default: the model's)")
+    parser.add_argument("--no-meteor", action="store_true", help="leave METEOR out (it starts a Java process)")
+    parser.add_argument(
+        "--encoder-weights", default=None, help="the encoder's pretrained weights file, for a model that leaves them out"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="OUT",
+        help="also write the scores as JSON to file OUT (-: to standard output, instead of the lines)",
+    )
+    options = parser.parse_args(args)
+    from show_attend.evaluate.evaluate import evaluate, report
+    from show_attend.infer.caption import Captioning
+
+    captioning = Captioning.load(
+        options.model, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights
+    )
+    results = {"model": str(options.model), **evaluate(captioning, options.data, options.split, meteor=not options.no_meteor)}
+    text = json.dumps(results, indent=1)
+    if options.json == "-":
+        print(text)
+    else:
+        print("\n".join(report(results)))
+        if options.json:
+            Path(options.json).write_text(text + "\n")
+    return 0
+
+
 def _writable_folder(path: str, option: str) -> None:
     """Make the output folder ``path`` and check a file can be written in it.
 
@@ -231,7 +272,7 @@ def _export(args: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``show-attend``; returns the exit code."""
-    commands = {"prepare": _prepare, "caption": _caption, "explain": _explain, "export": _export}
+    commands = {"prepare": _prepare, "caption": _caption, "evaluate": _evaluate, "explain": _explain, "export": _export}
     return run_app(PROG, commands, _lightning, argv)
 
 

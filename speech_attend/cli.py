@@ -2,7 +2,11 @@
 
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
+    speech-attend prepare devsets --out DIR [--per-group 200] [--seed 0] [--no-engines] [--espeak-only | --human-only]
     speech-attend prepare whisper --out DIR [--from CTRANSLATE2_DIR]   (the pretrained listener's weights)
+    speech-attend evaluate --model MODEL --devsets DIR [--groups a,b] [--conditions clean,babble:10,room,level:-50,long,timing]
+                           [--beam-size N --lm LM --lm-weight X --length-bonus Y --ctc-weight W] [--by-speaker] [--json OUT]
+    speech-attend tune --model MODEL --devsets DIR [--split CORPUS_DIR:dev] --settings beam_size=24,ctc_weight=0.3 ... [--json OUT]
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8] [--half]
@@ -49,9 +53,9 @@ def __getattr__(name: str):
 
 def _prepare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} prepare", description="Prepare built-in data, or the pretrained listener's weights."
+        prog=f"{PROG} prepare", description="Prepare built-in data, the evaluation groups, or the pretrained listener's weights."
     )
-    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,whisper}")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,devsets,whisper}")
     synth = kinds.add_parser("synth", help="sentences spoken by synthesisers, LibriSpeech layout")
     synth.add_argument("--out", required=True, help="output folder")
     synth.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
@@ -66,6 +70,21 @@ def _prepare(argv: list[str]) -> int:
         "wordnet: the 'broad' corpus, natural sentences (~30,000 words) and every English voice",
     )
     synth.add_argument("--engines", default="espeak", help="comma-separated: espeak, piper (optional extra) (default: espeak)")
+    devsets = kinds.add_parser(
+        "devsets",
+        help="the evaluation groups: new sentences and voices, other engines, babble, rooms, human recordings",
+        description="Write every evaluation group into one folder (LibriSpeech layout, listed in devsets.json): "
+        "espeak_unseen, piper_unseen, flite, festival, espeak_babble10, espeak_reverb, human_alsa, human. "
+        "A group whose engine or recordings are not installed is left out with a note. Evaluation only: "
+        "prepare synth refuses to write into the folder.",
+    )
+    devsets.add_argument("--out", required=True, help="output folder (evaluation groups only)")
+    devsets.add_argument("--per-group", type=int, default=200, help="utterances per spoken group (default 200)")
+    devsets.add_argument("--seed", type=int, default=0)
+    devsets.add_argument("--no-engines", action="store_true", help="leave out the Flite and Festival groups")
+    only = devsets.add_mutually_exclusive_group()
+    only.add_argument("--espeak-only", action="store_true", help="write espeak_unseen alone (a larger group of it)")
+    only.add_argument("--human-only", action="store_true", help="write the human groups alone (human_alsa, human)")
     whisper = kinds.add_parser(
         "whisper", help="convert Whisper's encoder from a CTranslate2 model (the pretrained listener's weights)"
     )
@@ -85,6 +104,23 @@ def _prepare(argv: list[str]) -> int:
             f"Whisper encoder ({config.layers} blocks, {config.width} wide) in {out}; train with --model.pretrained_encoder {out}"
         )
         return 0
+    if args.kind == "devsets":
+        from speech_attend.evaluate.devsets import build
+
+        if args.per_group < 1:
+            raise ValueError(f"--per-group must be at least 1, got {args.per_group}")
+        groups = build(
+            Path(args.out),
+            args.per_group,
+            args.seed,
+            engines=not args.no_engines,
+            espeak_only=args.espeak_only,
+            human_only=args.human_only,
+        )
+        for name, description in groups.items():
+            print(f"{Path(args.out) / name}: {description}")
+        print(f"score a model on them: {PROG} evaluate --model MODEL --devsets {args.out}")
+        return 0
     from speech_attend.builtin.corpus import prepare_synth
 
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
@@ -95,6 +131,134 @@ def _prepare(argv: list[str]) -> int:
         f"synthetic corpus ready in {out} (train {args.train}, dev {args.dev}, test {args.test}; text {args.text}, "
         f"engines {','.join(engines)}); train with --data.data_dir {out}"
     )
+    return 0
+
+
+def _decoding_options(parser: argparse.ArgumentParser) -> None:
+    """The decoding settings of ``evaluate`` (as ``transcribe``'s)."""
+    parser.add_argument("--beam-size", type=int, default=None, help="beams (default: the model's)")
+    parser.add_argument(
+        "--lm", default=None, help="a language model folder from fit-lm, fused into the beam (default: the model folder's own)"
+    )
+    parser.add_argument("--lm-weight", type=float, default=None, help="its weight, in [0, 2] (default: the model's; 0 = off)")
+    parser.add_argument("--length-bonus", type=float, default=None, help="added per character (default: the model's)")
+    parser.add_argument(
+        "--ctc-weight",
+        type=float,
+        default=None,
+        help="the CTC head's weight in the n-best rescoring, in [0, 1] (default: the model's)",
+    )
+    parser.add_argument(
+        "--max-chunk-seconds",
+        type=float,
+        default=None,
+        help="cut longer audio at its pauses into chunks of at most this (default: the model's)",
+    )
+
+
+def _evaluate(argv: list[str]) -> int:
+    from speech_attend.evaluate.conditions import NonSpeech, WordTimes, parse_conditions
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} evaluate",
+        description="Score a model on evaluation groups under conditions: WER and CER per group and condition, "
+        "each condition's WER against clean with its 95 % paired bootstrap interval.",
+        epilog="Conditions: clean; babble:SNR (3 to 7 of the group's other clips, SNR dB); white:SNR; room "
+        "(RT60 0.3-0.8 s); dc:OFFSET (half the level, then a constant offset); level:DB (the level changed, "
+        "as a 16-bit file); long[:N] (each speaker's clips joined N at a time, default 10); timing[:FILESxPER_FILE] "
+        "(word and segment times against the truth on eSpeak speech made for it, default 25x4); "
+        "non-speech[:SECONDS] (sounds without speech, default 1, 5, 20 and 60 s). Clean always runs first.",
+    )
+    parser.add_argument("--model", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument(
+        "--devsets",
+        default=None,
+        metavar="DIR",
+        help="a folder from `prepare devsets`, or any folder of LibriSpeech-layout groups",
+    )
+    parser.add_argument("--groups", default=None, metavar="A,B", help="comma-separated groups to score (default: all)")
+    parser.add_argument("--conditions", default="clean", metavar="A,B", help="comma-separated conditions (default: clean)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the conditions' draws: the devsets' own (default 0)")
+    _decoding_options(parser)
+    parser.add_argument("--by-speaker", action="store_true", help="also each speaker's (each Flite or Festival voice's) results")
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="OUT",
+        help="also write the results as JSON to file OUT (-: to standard output, instead of the table)",
+    )
+    args = parser.parse_args(argv)
+    from speech_attend.evaluate.evaluate import choose_groups, evaluate, report, write_json
+    from speech_attend.infer.transcribe import Transcriber
+
+    conditions = parse_conditions(args.conditions)
+    on_groups = any(not isinstance(c, (WordTimes, NonSpeech)) for c in conditions)
+    if on_groups and args.devsets is None:
+        raise ValueError("--devsets DIR is needed to score groups (only timing and non-speech run without)")
+    groups = choose_groups(Path(args.devsets), args.groups) if on_groups else []
+    transcriber = Transcriber(
+        args.model,
+        beam_size=args.beam_size,
+        max_chunk_seconds=args.max_chunk_seconds,
+        lm=args.lm,
+        lm_weight=args.lm_weight,
+        length_bonus=args.length_bonus,
+        ctc_weight=args.ctc_weight,
+    )
+    devsets = Path(args.devsets) if args.devsets else None
+    results = {"model": str(args.model), **evaluate(transcriber, devsets, groups, conditions, args.seed, args.by_speaker)}
+    if args.json != "-":
+        print("\n".join(report(results)))
+    if args.json:
+        write_json(results, args.json)
+    return 0
+
+
+def _tune(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} tune",
+        description="Compare decoding settings on dev data: each setting's WER per group and their mean, and the "
+        "95 % paired bootstrap interval of its mean's difference from the first setting's; the best one, and "
+        "the export command that saves it. Test data is refused.",
+    )
+    parser.add_argument("--model", required=True, help="a .ckpt from fit, or a folder from export")
+    parser.add_argument("--devsets", default=None, metavar="DIR", help="a folder of evaluation groups (`prepare devsets`)")
+    parser.add_argument("--groups", default=None, metavar="A,B", help="comma-separated groups (default: all but human_alsa)")
+    parser.add_argument(
+        "--split",
+        default=None,
+        metavar="CORPUS_DIR:NAME",
+        help="also (or, without --devsets, only) a corpus split, e.g. data/broad:dev",
+    )
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        required=True,
+        metavar="SETTING",
+        help="decoding settings, the first the base: name=value[,name=value] of beam_size, ctc_weight, lm_weight, "
+        "length_bonus, or - (the model's own)",
+    )
+    parser.add_argument("--lm", default=None, help="a language model folder from fit-lm (default: the model folder's own)")
+    parser.add_argument("--max-utterances", type=int, default=None, help="the first N utterances of each group and split only")
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="OUT",
+        help="also write the results as JSON to file OUT (-: to standard output, instead of the table)",
+    )
+    args = parser.parse_args(argv)
+    from speech_attend.evaluate.evaluate import write_json
+    from speech_attend.evaluate.tune import parse_setting, report, tune
+
+    settings = [parse_setting(text) for text in args.settings]
+    if args.max_utterances is not None and args.max_utterances < 1:
+        raise ValueError(f"--max-utterances must be at least 1, got {args.max_utterances}")
+    devsets = Path(args.devsets) if args.devsets else None
+    results = tune(args.model, settings, devsets, args.groups, args.split, args.lm, args.max_utterances)
+    if args.json != "-":
+        print("\n".join(report(results, args.model, args.lm)))
+    if args.json:
+        write_json(results, args.json)
     return 0
 
 
@@ -266,7 +430,7 @@ def _export(argv: list[str]) -> int:
         "--lm-weight",
         type=float,
         default=None,
-        help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with scripts/tune_lm.py)",
+        help="its weight, saved as transcribe's default, in [0, 2] (default 0.3; choose it with `speech-attend tune`)",
     )
     parser.add_argument(
         "--length-bonus", type=float, default=None, help="added per character, saved as transcribe's default (default 0)"
@@ -374,7 +538,15 @@ def _fit_lm(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``speech-attend`` console script."""
-    commands = {"prepare": _prepare, "transcribe": _transcribe, "explain": _explain, "export": _export, "fit-lm": _fit_lm}
+    commands = {
+        "prepare": _prepare,
+        "transcribe": _transcribe,
+        "evaluate": _evaluate,
+        "tune": _tune,
+        "explain": _explain,
+        "export": _export,
+        "fit-lm": _fit_lm,
+    }
     return run_app(PROG, commands, _lightning, argv)
 
 

@@ -1,17 +1,17 @@
 """The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume;
-and the soup of several runs (``uniform_soup``, ``scripts/average_models.py``).
+and the soup of several runs (``uniform_soup``, ``scripts/experiments/average_models.py``).
 
 The recognizer's fit and export with it: ``tests/test_recognizer_cli.py``."""
 
 import re
 from pathlib import Path
 
-import average_models
 import pytest
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from scripts.experiments import average_models
 from shared.io.model_files import export_folder, load_model_files
 from shared.training.averaging import TRAINED_STATE, WeightAverage, uniform_soup
 

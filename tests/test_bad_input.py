@@ -880,15 +880,17 @@ def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their
     assert [r.audio for r in together if not isinstance(r, ValueError)] == good
 
 
-def test_long_audio_check_joins_each_voice_and_reports_both_error_rates(speech_run, tiny_synth, capsys):
-    import long_audio_check
-
-    assert long_audio_check.main(["--ckpt", str(speech_run["ckpt"]), "--data", str(tiny_synth)]) == 0
-    out = capsys.readouterr().out.splitlines()
+def test_evaluate_joins_each_voice_into_long_files_and_reports_both_error_rates(speech_run, tiny_synth, capsys):
+    argv = ["evaluate", "--model", str(speech_run["ckpt"]), "--devsets", str(tiny_synth), "--groups", "test"]
+    assert speech_attend([*argv, "--conditions", "long", "--json", "-"]) == 0
+    results = json.loads(capsys.readouterr().out)["groups"]["test"]
     voices = {p.parent.parent.name for p in (tiny_synth / "test").rglob("*.flac")}
-    assert out[0].startswith(f"{len(voices)} long files")
-    assert re.fullmatch(r"  long files +WER \d\.\d{4}  CER \d\.\d{4}", out[1])
-    assert re.fullmatch(r"  one file each +WER \d\.\d{4}  CER \d\.\d{4}  \(2 utterances\)", out[2])
+    assert list(results) == ["clean", "long"]  # one file each, then the long files
+    assert results["clean"]["utterances"] == 2 and results["long"]["files"] == len(voices)
+    assert all(0 <= r["wer"] and 0 <= r["cer"] for r in results.values())
+    assert speech_attend([*argv, "--conditions", "long"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in table[1:]] == [["test", "clean", "2"], ["test", "long", "2"]]  # the same utterances
 
 
 @pytest.mark.slow

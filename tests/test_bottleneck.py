@@ -1,11 +1,12 @@
-"""scripts/bottleneck.py: the object-level scores, and a tiny run of both experiments."""
+"""scripts/experiments/bottleneck.py: the object-level scores, and a tiny run of both experiments."""
 
 from __future__ import annotations
 
 import json
 
-import bottleneck
 import pytest
+
+from scripts.experiments import bottleneck
 
 
 def test_caption_objects_and_object_f1():

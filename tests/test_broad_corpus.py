@@ -276,7 +276,7 @@ def test_a_corpus_grown_or_cut_in_place_is_the_corpus_made_afresh_and_keeps_its_
     assert len(spoken) == 7 + 1 + 1 - 3  # utterance 3 (its block is new), 4-6, dev and test
     fresh = corpus.prepare_synth(tmp_path / "fresh", train=7, **kwargs)
     assert _corpus_bytes(grown) == _corpus_bytes(fresh) and _folders(grown) == _folders(fresh)
-    jobs, _ = corpus._plan(grown, {"train": 7, "dev": 1, "test": 1}, 0, "wordnet", ("espeak", "piper"))
+    jobs, _ = corpus.plan(grown, {"train": 7, "dev": 1, "test": 1}, 0, "wordnet", ("espeak", "piper"))
     assert {j.speaker.engine for j in jobs} == {"espeak", "piper"}
     first_block = {str(Path(j.path).relative_to(grown)) for j in jobs[:3]}
     assert all(_inodes(grown)[name] == before[name] for name in first_block)  # utterances 0-2: the one whole block, kept
@@ -341,7 +341,7 @@ def test_isolated_espeak_gives_the_same_samples_and_turns_a_crash_into_an_error(
 
 def test_an_utterance_espeak_crashes_on_is_spoken_again_with_the_fallback_settings(tmp_path, monkeypatch, capsys):
     speaker = corpus.corpus_speakers("wordnet", ("espeak",))[0]
-    job = corpus._Job(str(tmp_path / "0001.flac"), "a quiet word", speaker, (150, 40, 80, 3, 70, 2))
+    job = corpus.Job(str(tmp_path / "0001.flac"), "a quiet word", speaker, (150, 40, 80, 3, 70, 2))
     monkeypatch.setattr(espeak, "synthesize", _crash_on("a quiet word"))
     wave = corpus._speak_espeak(job, isolated=True)
     assert "crashed (SIGSEGV)" in capsys.readouterr().err
@@ -352,7 +352,7 @@ def test_blocks_a_crashed_worker_lost_are_written_again_to_the_same_corpus(tmp_p
     monkeypatch.setattr(corpus, "_BLOCK", 2)
     kwargs = dict(train=6, dev=0, test=0, seed=0, progress=False)
     clean = corpus.prepare_synth(tmp_path / "clean", workers=1, **kwargs)
-    jobs, _ = corpus._plan(tmp_path / "crashed", {"train": 6, "dev": 0, "test": 0}, 0, "templates", ("espeak",))
+    jobs, _ = corpus.plan(tmp_path / "crashed", {"train": 6, "dev": 0, "test": 0}, 0, "templates", ("espeak",))
     monkeypatch.setattr(corpus, "synthesize", _crash_on(jobs[3].text, once_marker=tmp_path / "crashed_once"))
     monkeypatch.setattr(corpus, "_SERIAL_BELOW", 0)
     crashed = corpus.prepare_synth(tmp_path / "crashed", workers=2, **kwargs)

@@ -337,6 +337,33 @@ def test_test_command_writes_metrics_json(caption_trained):
     assert metrics["items"] == 4
 
 
+def test_evaluate_scores_a_split_as_test_does_without_lightning(caption_trained, tiny_shapes, tmp_path, capsys):
+    checkpoint = caption_trained / "checkpoints" / "last.ckpt"
+    assert main(["test", "--config", str(caption_trained.parent / "tiny.yaml"), "--ckpt_path", str(checkpoint)]) == 0
+    tested = json.loads((caption_trained / "test_metrics.json").read_text())
+    capsys.readouterr()
+    out = tmp_path / "scores.json"
+    argv = ["evaluate", "--model", str(checkpoint), "--data", str(tiny_shapes), "--no-meteor", "--json", str(out)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "test: 4 images, beam 2" and [line.split()[0] for line in lines[1:]] == [
+        "bleu1",
+        "bleu2",
+        "bleu3",
+        "bleu4",
+        "meteor",
+        "rouge_l",
+        "cider",
+        "exact_match",
+    ]
+    scores = json.loads(out.read_text())
+    assert scores["images"] == tested["items"] == 4 and scores["meteor"] is None and scores["unreadable"] == 0
+    for name in ("bleu1", "bleu2", "bleu3", "bleu4", "rouge_l", "cider", "exact_match"):
+        assert scores[name] == pytest.approx(tested[name]), name
+    assert main(["evaluate", "--model", str(checkpoint), "--data", str(tiny_shapes), "--split", "dev"]) == 2
+    assert "--split must be one of train, val, test" in capsys.readouterr().err
+
+
 def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_trained, tiny_shapes, tmp_path, capsys):
     images = sorted((tiny_shapes / "images").glob("*.png"))[:2]
     with Image.open(images[0]) as image:

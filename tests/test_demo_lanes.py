@@ -1,5 +1,5 @@
-"""The demo's lanes (scripts/demo_lanes.py): a running training's thread count changed from outside
-through a file, and its progress read from the run's own metrics.csv."""
+"""The demo's lanes (scripts/demo/lanes.py): both apps training at once, the one done first handing
+its cores to the other, and a training's progress read from the run's own metrics.csv."""
 
 import os
 import subprocess
@@ -9,85 +9,23 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from demo_lanes import Lane, ThreadsFromFile, steps_done
 from torch.utils.data import DataLoader
 
+from scripts.demo.lanes import Lane, steps_done
+from shared.training import threads
 from shared.training.run_logger import RunLogger
 
 
-class _ThreadCounter(pl.LightningModule):
-    """Records torch's thread count at each step and can write the threads file before a given step."""
-
-    def __init__(self, path, writes):
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-        self.path, self.writes = path, writes  # {step: text written at the end of that step}
-        self.threads = []
-
-    def training_step(self, batch, batch_idx):
-        self.threads.append(torch.get_num_threads())
-        if batch_idx in self.writes:
-            self.path.write_text(self.writes[batch_idx])
-        return self.layer(batch).pow(2).mean()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _fit(tmp_path, writes, steps=6):
-    path = tmp_path / "run.threads"
-    model = _ThreadCounter(path, writes)
-    trainer = pl.Trainer(
-        default_root_dir=tmp_path,
-        max_steps=steps,
-        callbacks=[ThreadsFromFile(str(path))],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        trainer.fit(model, DataLoader(torch.randn(2 * steps, 2), batch_size=2))
-        return model.threads
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_a_running_training_takes_the_threads_written_to_its_file_from_the_next_step(tmp_path):
-    assert _fit(tmp_path, {1: "2\n", 3: "1\n"}) == [1, 1, 2, 2, 1, 1]
-
-
-def test_no_file_leaves_the_threads_alone(tmp_path):
-    assert _fit(tmp_path, {}) == [1] * 6
-
-
-def test_a_file_without_a_positive_number_is_reported_and_ignored(tmp_path, recwarn):
-    assert _fit(tmp_path, {1: "two\n", 3: "0\n"}) == [1] * 6
-    warned = [str(w.message) for w in recwarn if "run.threads" in str(w.message)]
-    assert len(warned) == 2 and "expected a positive whole number of threads, got 'two'" in warned[0]
-
-
-def test_an_unreadable_threads_file_is_reported_and_the_training_goes_on(tmp_path, recwarn):
-    (tmp_path / "run.threads").mkdir()  # a folder where the file should be
-    assert _fit(tmp_path, {}) == [1] * 6
-    warned = [str(w.message) for w in recwarn if "run.threads" in str(w.message)]
-    assert len(warned) == 1 and "cannot be read as a number of threads (IsADirectoryError)" in warned[0]
-
-
-def test_a_lanes_training_finds_the_callback_by_the_class_path_it_is_given(tmp_path):
+def test_a_lanes_training_finds_the_product_s_callback_by_the_class_path_it_is_given(tmp_path):
     # The apps' trainings import the callback by name in their own process, from any folder.
-    import demo_lanes
-
     lane = Lane("recognizer", tmp_path / "recognizer.log", threads=1, max_steps=10, runs=tmp_path / "runs")
     option, _, path = lane.fit_options()
     module, _, name = option.split("=", 1)[1].rpartition(".")
     code = f"import importlib.util; print(importlib.util.find_spec({module!r}).origin)"  # found, not run: no Lightning to load
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=lane.env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert Path(result.stdout.strip()) == Path(demo_lanes.__file__).resolve()
-    assert getattr(demo_lanes, name) is ThreadsFromFile and path == str(lane.threads_file)
+    assert Path(result.stdout.strip()) == Path(threads.__file__).resolve()
+    assert getattr(threads, name) is threads.ThreadsFromFile and path == str(lane.threads_file)
 
 
 class _Progress(pl.Callback):
@@ -177,29 +115,3 @@ def test_a_widened_lane_hands_the_threads_to_its_training_and_its_next_commands(
     lane.widen(2)
     assert lane.threads_file.read_text() == "2\n" and lane.env["OMP_NUM_THREADS"] == "2"
     assert list(tmp_path.glob("*.new")) == []
-
-
-def _bench_threads():
-    import importlib
-
-    return importlib.import_module("bench_threads")
-
-
-def test_the_threads_benchmark_reads_an_epochs_seconds_from_the_progress_bar():
-    bench = _bench_threads()
-    log = (
-        "Epoch 0: 100%|##########| 250/250 [00:49<00:00, 5.1it/s]\rEpoch 1:  50%|#####| 125/250 [00:20<00:20]"
-        "\rEpoch 1: 100%|##########| 250/250 [01:04<00:00, 3.9it/s, v_num=0]\rEpoch 2:   0%|"
-    )
-    assert bench._epoch_seconds(log, 0) == 49
-    assert bench._epoch_seconds(log, 1) == 64
-    assert bench._epoch_seconds(log, 2) is None
-
-
-def test_the_threads_benchmark_refuses_a_missing_corpus_in_one_line(tmp_path, capsys):
-    import pytest
-
-    with pytest.raises(SystemExit) as stopped:
-        _bench_threads().main(["--data", str(tmp_path / "nowhere"), "--modes", "one"])
-    assert stopped.value.code == 2
-    assert "no speech corpus" in capsys.readouterr().err

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from demo_page import build_page, highlight_errors, missing_links
+
+from scripts.demo import run as demo
+from scripts.demo.page import build_page, highlight_errors, missing_links
 
 
 def _touch(path: Path) -> str:
@@ -127,14 +129,17 @@ def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
             "mask_dropped": {"text": "no bird spoke spoke", "cer": 0.4, "attention_on_padding": 0.3, "image": None},
         },
     }
-    not_run = {"command": "python scripts/bottleneck.py --quick", "plots": []}
+    not_run = {"command": "python -m scripts.experiments.bottleneck --quick", "plots": []}
     page = build_page(tmp_path, {}, [], [], {}, explain, not_run, failures)
     text = page.read_text()
     assert missing_links(page) == []
     assert "explain/a.png" in text and "explain/b.png" in text and "50%" in text  # the summary's numbers
-    assert "Not run yet" in text and "python scripts/bottleneck.py --quick" in text
+    assert "Not run yet" in text and "python -m scripts.experiments.bottleneck --quick" in text
     assert "30% of the attention on padding" in text and "failures/identical.png" in text
-    run = {"command": "python scripts/bottleneck.py", "plots": [_touch(tmp_path / "curves/bottleneck_recognizer.png")]}
+    run = {
+        "command": "python -m scripts.experiments.bottleneck",
+        "plots": [_touch(tmp_path / "curves/bottleneck_recognizer.png")],
+    }
     text = build_page(tmp_path, {}, [], [], {}, explain, run, failures).read_text()
     assert 'src="curves/bottleneck_recognizer.png"' in text and "Not run yet" not in text
 
@@ -142,7 +147,6 @@ def test_page_shows_the_experiments_or_the_command_that_makes_them(tmp_path):
 def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monkeypatch):
     # The demo trains the captioner under bf16 autocast where the CPU has bf16 units: the setting
     # must reach both the training and the test command, or the test would score another model's numerics.
-    import demo
 
     root = tmp_path / "run"
     commands = []
@@ -166,7 +170,6 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
 
 
 def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp_path, monkeypatch, capsys):
-    import demo
 
     def failing_captioner(out, data_dir, lane):
         demo._run([sys.executable, "-c", "import sys; print('the captioner broke'); sys.exit(3)"], lane)
@@ -191,7 +194,6 @@ def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp
 
 
 def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp_path, monkeypatch):
-    import demo
 
     seen = {}
 
@@ -218,13 +220,16 @@ def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp
     start = time.perf_counter()
     demo.train_both(tmp_path / "demo", tmp_path / "data")
     cores = len(os.sched_getaffinity(0))
-    assert seen["extra"] == ("--trainer.callbacks+=scripts.demo_lanes.ThreadsFromFile", "--trainer.callbacks.path", str(stale))
+    assert seen["extra"] == (
+        "--trainer.callbacks+=shared.training.threads.ThreadsFromFile",
+        "--trainer.callbacks.path",
+        str(stale),
+    )
     assert seen["recognizer"] == [str(max(1, cores // 2)), str(cores)]
     assert time.perf_counter() - start < 25  # handed over when the captioner was done, not at the probe's deadline
 
 
 def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
-    import demo
     import torch
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
@@ -238,7 +243,6 @@ def test_demo_asks_for_bf16_only_where_the_cpu_reports_bf16_units(monkeypatch):
 
 def test_a_stopped_lane_starts_no_further_command(tmp_path):
     # The other lane may fail while this one is between two commands: the next one must not start.
-    import demo
 
     lane = demo.Lane("captioner", tmp_path / "captioner.log", threads=1, max_steps=10, runs=tmp_path / "runs")
     lane.stop()

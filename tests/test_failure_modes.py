@@ -1,13 +1,14 @@
-"""scripts/failure_modes.py on tiny untrained models: every example is written, and the mask holds."""
+"""scripts/demo/failure_modes.py (and scripts/experiments/faithfulness.py) on tiny untrained models: every example is written, and the mask holds."""
 
 from __future__ import annotations
 
 import json
 
-import failure_modes
 import torch
 from tiny import TINY_SPEECH_CONFIG
 
+from scripts.demo import failure_modes
+from scripts.experiments import faithfulness
 from shared.io.model_files import export_folder
 from show_attend.train.module import CaptionerModule
 from speech_attend.model.las import build_recognizer
@@ -78,8 +79,6 @@ def test_the_three_examples(tiny_synth, tmp_path):
 
 
 def test_faithfulness_scores_every_word_of_every_image(tiny_shapes, tmp_path, capsys):
-    import faithfulness
-
     torch.manual_seed(0)
     from show_attend.train.datamodule import CaptionDataModule
 

@@ -1,4 +1,4 @@
-"""CPU/GPU parity of the attention core (run by scripts/gpu_check.sh with `-m gpu`).
+"""CPU/GPU parity of the attention core (run by scripts/gpu/check.sh with `-m gpu`).
 
 Deselected by default (pytest.ini `-m "not gpu"`); when selected on a machine without CUDA
 they fail rather than skip, so a GPU check can never pass vacuously.

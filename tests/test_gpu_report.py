@@ -1,10 +1,11 @@
-"""scripts/gpu_report.py: the checks and ratios that the GPU scripts write to summary.json."""
+"""scripts/gpu/report.py: the checks and ratios that the GPU scripts write to summary.json."""
 
 import json
 from pathlib import Path
 
-import gpu_report
 import pytest
+
+from scripts.gpu import report as gpu_report
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,13 +1,13 @@
-"""Growing a trained recognizer (scripts/grow_recognizer.py): the wider model computes what the
+"""Growing a trained recognizer (scripts/experiments/grow_recognizer.py): the wider model computes what the
 narrow one did, and its checkpoint resumes training at the step it was grown at."""
 
 from pathlib import Path
 
-import grow_recognizer
 import pytest
 import torch
 import yaml
 
+from scripts.experiments import grow_recognizer
 from speech_attend.cli import main as speech_main
 from speech_attend.model.las import build_recognizer
 

@@ -44,8 +44,16 @@ def test_shared_below_training_loads_neither_app_nor_lightning():
     assert not _lightning(loaded)
 
 
-def test_the_apps_metrics_import_no_lightning():
-    loaded = _modules_after_import("show_attend.evaluate.metrics", "speech_attend.evaluate.metrics")
+def test_the_apps_metrics_and_evaluations_import_no_lightning():
+    loaded = _modules_after_import(
+        "show_attend.evaluate.metrics",
+        "speech_attend.evaluate.metrics",
+        "show_attend.evaluate.evaluate",
+        "speech_attend.evaluate.evaluate",
+        "speech_attend.evaluate.tune",
+        "speech_attend.evaluate.devsets",
+    )
+    assert "speech_attend.infer.transcribe" in loaded and "show_attend.infer.caption" in loaded  # the imports did happen
     assert not _lightning(loaded)
 
 
@@ -99,13 +107,14 @@ def test_shared_imports_run_only_down_its_layers_and_lightning_only_in_training(
             assert top not in _LIGHTNING, f"{file} ({layer}) imports Lightning: {name}"
 
 
-# What each folder of an app may import of the same app (both apps alike): the network, the data and
-# the metrics stand alone, training builds on all three, inference on the network and the data, the
-# built-in world needs only the data.
+# What each folder of an app may import of the same app (both apps alike): the network and the data
+# stand alone, training builds on them and the metrics, inference on the network and the data, the
+# built-in world needs only the data, and evaluation scores what inference outputs on data (the
+# built-in world's among them) without Lightning.
 _MAY_IMPORT = {
     "model": set(),
     "data": set(),
-    "evaluate": set(),
+    "evaluate": {"data", "infer", "builtin"},
     "builtin": {"data"},
     "train": {"model", "data", "evaluate", "builtin"},
     "infer": {"model", "data"},

@@ -525,18 +525,7 @@ def test_export_with_an_lm_over_other_characters_is_refused(files, tmp_path, cap
     assert not (tmp_path / "x").exists()
 
 
-# ----------------------------------------------------------------------------- scripts/tune_lm.py
-
-
-def _tune_lm():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "tune_lm.py"
-    spec = importlib.util.spec_from_file_location("tune_lm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# ----------------------------------------------------------------------------- speech-attend tune
 
 
 @pytest.fixture(scope="module")
@@ -548,29 +537,26 @@ def corpus(files):
     return folder
 
 
-def test_tune_lm_prints_a_table_and_the_best_pair_on_dev(files, corpus, capsys):
-    code = _tune_lm().main(
-        [
-            "--ckpt",
-            str(files["model"]),
-            "--lm",
-            str(files["lm"]),
-            "--data",
-            str(corpus),
-            "--lm-weights",
-            "0,0.5",
-            "--length-bonuses",
-            "0:1:1",
-        ]
+def test_tune_prints_a_table_of_language_model_weights_and_the_best_on_dev(files, corpus, capsys):
+    settings = [
+        "lm_weight=0,length_bonus=0",
+        "lm_weight=0,length_bonus=1",
+        "lm_weight=0.5,length_bonus=0",
+        "lm_weight=0.5,length_bonus=1",
+    ]
+    code = speech_attend(
+        ["tune", "--model", str(files["model"]), "--lm", str(files["lm"]), "--split", f"{corpus}:dev", "--settings", *settings]
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "(dev, 1 utterances)" in out and "best: --lm-weight" in out
-    assert len([line for line in out.splitlines() if line.strip().startswith(("0 ", "0.5 "))]) == 2  # one row per weight
+    rows = [line for line in out.splitlines() if line.startswith("lm_weight=")]
+    assert len(rows) == 4 and all(len(row.split()) == 2 for row in rows)  # a setting and the split's WER
+    assert "best: lm_weight=" in out and f"speech-attend export --ckpt {files['model']} --out DIR --lm {files['lm']}" in out
 
 
-@pytest.mark.parametrize("argv", [["--split", "test"], ["--groups", "dev,test_clean"]])
-def test_tune_lm_refuses_test_data(files, corpus, capsys, argv):
-    code = _tune_lm().main(["--ckpt", str(files["model"]), "--lm", str(files["lm"]), "--data", str(corpus), *argv])
+@pytest.mark.parametrize("argv", [["--split", "CORPUS:test"], ["--devsets", "CORPUS", "--groups", "dev,test_clean"]])
+def test_tune_refuses_test_data(files, corpus, capsys, argv):
+    argv = [a.replace("CORPUS", str(corpus)) for a in argv]
+    code = speech_attend(["tune", "--model", str(files["model"]), "--lm", str(files["lm"]), "--settings", "-", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "refusing to tune on test data" in err and len(err.splitlines()) == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmarks import peers
+from speech_attend.evaluate.devsets import groups_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CLIPS = ROOT / "tests" / "data" / "shipped"
@@ -74,7 +75,7 @@ def test_runner_scores_every_group_with_every_system(tiny_devsets, tmp_path, cap
     assert code == 0, captured.err
     assert "skipping" not in captured.err  # every system ran: none skipped for a missing package
     record = json.loads(out.read_text())
-    groups = peers.groups_of(tiny_devsets)
+    groups = groups_of(tiny_devsets)
     assert sorted(record["groups"]) == sorted(groups) and len(groups) == 2
     for group in groups:
         result = record["groups"][group]

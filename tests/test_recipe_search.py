@@ -1,12 +1,14 @@
-"""The recipe search's bookkeeping: a stage-two run counts from the checkpoint it went on from."""
+"""The recipe search (scripts/experiments/recipe_search.py): one YAML file per recipe, and the
+bookkeeping: a stage-two run counts from the checkpoint it went on from."""
 
 import csv
 import json
 from pathlib import Path
 
 import pytest
-import recipe_search
 import torch
+
+from scripts.experiments import recipe_search
 
 FIELDS = ["epoch", "step", "train/loss", "val/cer", "val/fit_seconds", "val/fit_cpu_seconds"]
 
@@ -129,7 +131,7 @@ def test_every_candidate_s_overrides_name_options_the_cli_knows(capsys):
     """A misspelt override would fail a candidate only when its run starts, hours into a search."""
     from speech_attend.cli import main
 
-    overrides = [option for _, candidate in recipe_search.RECIPES.values() for option in candidate]
+    overrides = [option for recipe in recipe_search.RECIPES.values() for option in recipe.arguments()]
     args = ["fit", "--config", str(recipe_search.CONFIG), *overrides, *recipe_search.FROM_EXPORT, "--print_config"]
     try:
         code = main(args)
@@ -153,3 +155,27 @@ def test_a_seed_given_to_the_search_reaches_each_candidate_s_fit(tmp_path, monke
     with_seed, without = started
     assert with_seed[with_seed.index("--seed_everything") + 1] == "7"
     assert "--seed_everything" not in without  # the config's seed (0), as every earlier search
+
+
+def test_each_recipe_is_a_file_of_overrides_with_a_one_line_description():
+    recipes = recipe_search.RECIPES
+    assert {"A", "UM", "FC", "HFA", "CS25N"} <= set(recipes) and len(recipes) == len(
+        list(recipe_search.RECIPES_DIR.glob("*.yaml"))
+    )
+    assert recipes["A"].overrides == {} and recipes["A"].stage == 1 and recipes["FC"].stage == 2
+    assert recipes["FC"].arguments() == [
+        "--data.augment.noise_prob",
+        "0.6",
+        "--data.augment.babble_prob",
+        "0.7",
+        "--data.augment.snr_db",
+        "[0,20]",
+    ]
+    assert recipes["UM"].arguments() == ["--model.features.utterance_mean", "true"]
+    assert all(r.description and "\n" not in r.description for r in recipes.values())
+
+
+def test_a_recipe_without_its_description_or_stage_is_refused(tmp_path):
+    (tmp_path / "X.yaml").write_text("stage: 3\noverrides: {}\n")
+    with pytest.raises(ValueError, match="X.yaml: expected a one-line description, stage 1 or 2"):
+        recipe_search.load_recipes(tmp_path)

@@ -46,13 +46,13 @@ def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
 
 
 def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_path):
-    # timing_check's one-second sounds (same seed). Over the tones the shipped speller spells "are an
-    # indening" while its CTC head reads one "a": the no-speech check (timing.NO_SPEECH_CTC_SHARE)
+    # `evaluate --conditions non-speech`'s one-second sounds (same seed). Over the tones the shipped speller
+    # spells "are an indening" while its CTC head reads one "a": the no-speech check (timing.NO_SPEECH_CTC_SHARE)
     # must keep such invented words out.
-    import timing_check
+    from speech_attend.evaluate.word_times import non_speech_clips
 
     transcriber = Transcriber(SHIPPED_MODEL)
-    written = {path.name: transcriber.transcribe(path).text for path in timing_check.non_speech_clips(tmp_path, [1.0], seed=0)}
+    written = {path.name: transcriber.transcribe(path).text for path in non_speech_clips(tmp_path, [1.0], seed=0)}
     assert len(written) == 5 and all(text == "" for text in written.values()), written
 
 

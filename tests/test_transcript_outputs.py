@@ -383,17 +383,15 @@ def test_espeak_word_events_leave_the_audio_as_it_was_and_start_each_word_in_ord
     assert 0.15 < samples[-1] / audio.size < 0.95  # the last word starts well inside the speech
 
 
-def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp_path, capsys):
-
-    import timing_check
-
+def test_word_times_are_those_of_the_clip_the_corpus_would_write():
     from speech_attend.builtin import corpus
+    from speech_attend.evaluate.word_times import speak_with_times
 
-    jobs, _ = corpus._plan(
-        tmp_path, {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",)
+    jobs, _ = corpus.plan(
+        Path("unused"), {"train": 0, "dev": 1, "test": 0}, 1000, "templates", ("espeak",)
     )  # wordnet: the same, slower
     assert jobs[0].speaker.split == "dev"
-    utterance = timing_check.speak_with_times(jobs[0])
+    utterance = speak_with_times(jobs[0])
     rate, pitch, volume, seed, pitch_range, word_gap = jobs[0].params
     spoken = speak(
         jobs[0].text, jobs[0].speaker.espeak_name, rate, pitch, volume, seed, pitch_range=pitch_range, word_gap=word_gap
@@ -402,43 +400,30 @@ def test_timing_check_builds_true_times_and_reports_the_errors(random_model, tmp
     starts = [s for _, s in utterance.words if s is not None]
     assert starts == sorted(starts) and abs(starts[0] - utterance.onset) < 0.1  # the first word starts with the speech
 
+
+def test_evaluate_measures_word_times_and_sounds_without_speech_against_the_truth(random_model, tmp_path, capsys):
     report = tmp_path / "timing.json"
-    assert (
-        timing_check.main(
-            [
-                "--ckpt",
-                str(random_model),
-                "--files",
-                "1",
-                "--per-file",
-                "2",
-                "--text",
-                "templates",
-                "--non-speech-seconds",
-                "1",
-                "--json",
-                str(report),
-            ]
-        )
-        == 0
-    )
+    argv = ["evaluate", "--model", str(random_model), "--conditions", "timing:1x2,non-speech:1", "--max-chunk-seconds", "20"]
+    argv += ["--json", str(report)]  # one chunk: a segment that starts with the file
+    assert speech_attend(argv) == 0
     results = json.loads(report.read_text())
-    assert results["utterances"] == 2 and results["true_words"] > 0
-    assert results["segment_start"]["n"] >= 1 and results["segment_start"]["median_abs_s"] < 0.25
-    assert results["word_start_attention_with_substitutions"]["n"] > 0
-    assert results["non_speech_files"] == 5 and "silence_1s" not in results["non_speech_with_words"]
-    assert "segment start" in capsys.readouterr().out
+    assert results["groups"] == {}  # no group asked for, none needed
+    timing = results["timing"]
+    assert timing["utterances"] == 2 and timing["files"] == 1 and timing["true_words"] > 0
+    assert timing["segment_start"]["n"] >= 1 and timing["segment_start"]["median_abs_s"] < 0.25
+    assert timing["word_start_attention_with_substitutions"]["n"] > 0
+    assert results["non_speech"]["files"] == 5 and "silence_1s" not in results["non_speech"]["with_words"]
+    out = capsys.readouterr().out
+    assert "segment start" in out and "sounds without speech that came out with words" in out
 
 
-def test_timing_check_scores_times_against_the_truth():
-
-    import timing_check
-
+def test_word_times_are_scored_against_the_truth():
+    from speech_attend.evaluate.word_times import Clip, Utterance, score
     from speech_attend.infer.timing import Segment, Word
 
-    first = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("the", 0.2), ("cat", 0.5)])
-    second = timing_check.Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("a", 0.2)])
-    clip = timing_check.Clip(Path("x.flac"), [0.0, 2.0], [first, second])
+    first = Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("the", 0.2), ("cat", 0.5)])
+    second = Utterance(np.zeros(RATE, dtype=np.float32), 0.2, [("a", 0.2)])
+    clip = Clip(Path("x.flac"), [0.0, 2.0], [first, second])
     words = [
         Word("the", 0.25, 0.4, -0.1, (0.25, 0.4), (0.3, 0.4)),
         Word("cat", 0.5, 0.7, -0.1, (0.5, 0.7), (0.6, 0.7)),
@@ -446,7 +431,7 @@ def test_timing_check_scores_times_against_the_truth():
     ]
     segments = [Segment(0.2, 1.0, "the cat", words[:2]), Segment(2.1, 3.0, "dog", words[2:])]
     transcript = type("T", (), {"segments": segments})()
-    results = timing_check.score([clip], [transcript])
+    results = score([clip], [transcript])
     assert results["segment_start"]["n"] == 2 and results["segment_start"]["median_abs_s"] == pytest.approx(0.05)
     assert results["matched_words"] == 2  # "the", "cat"; "dog" is a substitution for "a"
     assert results["word_start_attention"]["median_abs_s"] == pytest.approx(0.025)

@@ -3,7 +3,7 @@
     python -m scripts.benchmarks.peers --devsets DIR [--groups a,b] [--systems attend,whisper,pocketsphinx]
                                        [--ckpt MODEL] [--json OUT.json] [--markdown]
 
-``DIR`` is the output of ``scripts/speech_devsets.py`` (groups listed in ``DIR/devsets.json``), or
+``DIR`` is the output of ``speech-attend prepare devsets`` (groups listed in ``DIR/devsets.json``), or
 any folder of LibriSpeech-layout subsets. Every clip of every group is transcribed by each system:
 
 - ``attend``: this project's model (``--ckpt``, default the shipped ``models/speech_attend``) through
@@ -47,9 +47,10 @@ from speech_attend.builtin.numbers import spell_numbers
 from speech_attend.data.audio import audio_duration, load_audio
 from speech_attend.data.readers import read_librispeech
 from speech_attend.data.text import normalize_text
+from speech_attend.evaluate.devsets import groups_of
 from speech_attend.evaluate.metrics import speech_metrics
 
-__all__ = ["SYSTEMS", "normalize_for_scoring", "groups_of", "run_benchmark", "text_table", "markdown_table", "main"]
+__all__ = ["SYSTEMS", "normalize_for_scoring", "run_benchmark", "text_table", "markdown_table", "main"]
 
 SAMPLE_RATE = 16000
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "speech_attend"
@@ -197,16 +198,6 @@ def _versions(packages: Iterable[str]) -> dict[str, str]:
 
 
 # -------------------------------------------------------------------------------- running
-
-
-def groups_of(devsets: Path) -> list[str]:
-    """The groups of ``devsets``: those listed in ``devsets.json``, else every subfolder with transcripts
-    (as ``scripts/eval_speech.py`` lists them)."""
-    marker = devsets / "devsets.json"
-    if marker.is_file():
-        listed = json.loads(marker.read_text())["groups"]
-        return [name for name in listed if (devsets / name).is_dir()]
-    return sorted(p.name for p in devsets.iterdir() if p.is_dir() and any(p.rglob("*.trans.txt")))
 
 
 def _cpu_model() -> str:

@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from scripts.benchmarks.peers import groups_of, normalize_for_scoring
+from scripts.benchmarks.peers import normalize_for_scoring
 from speech_attend.data.audio import load_audio
 from speech_attend.data.readers import read_librispeech
+from speech_attend.evaluate.devsets import groups_of
 from speech_attend.evaluate.metrics import speech_metrics
 from speech_attend.model.whisper import WhisperLogMel
 

@@ -10,7 +10,8 @@ evaluated.
 * :mod:`~shared.training.guards`: unreadable files (marked by :mod:`shared.io.bad_samples`) and
   non-finite numbers;
 * :mod:`~shared.training.run_logger`: ``metrics.csv``, written whole or not at all;
-* :mod:`~shared.training.schedule`: the optimiser settings and the learning-rate schedule.
+* :mod:`~shared.training.schedule`: the optimiser settings and the learning-rate schedule;
+* :mod:`~shared.training.threads`: a running training's thread count, changed from outside.
 
 What inference needs as well (model files, devices, configs, writes) is in :mod:`shared.io`,
 which imports no Lightning. Nothing is imported here.

@@ -28,7 +28,8 @@ different seeds (a uniform "model soup", Wortsman et al. 2022):
 
 Fine-tunes of one model stay in one basin of the loss, so their mean is a model too, and often
 better than each; models trained apart from the start are not (their units are not aligned).
-``scripts/average_models.py`` writes the soup of exported folders.
+The soup of exported folders is their weights through :func:`uniform_soup`, written with
+:func:`shared.io.model_files.export_folder` and the config they share.
 """
 
 from __future__ import annotations

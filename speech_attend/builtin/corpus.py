@@ -73,7 +73,21 @@ from speech_attend.builtin.speakers import SPLITS, Speaker, classic_espeak_speak
 from speech_attend.builtin.wordnet_sentences import load_sentences, split_sentences
 from speech_attend.data.voice_shift import shift_voice
 
-__all__ = ["SPLITS", "SAMPLE_RATE", "TEXTS", "ENGINES", "corpus_speakers", "speak", "prepare_synth"]
+__all__ = [
+    "SPLITS",
+    "SAMPLE_RATE",
+    "SILENCE_THRESHOLD",
+    "TEXTS",
+    "ENGINES",
+    "Job",
+    "corpus_speakers",
+    "speak",
+    "shape_speech",
+    "speak_piper",
+    "sentence_pools",
+    "plan",
+    "prepare_synth",
+]
 
 SAMPLE_RATE = 16000
 TEXTS = ("templates", "wordnet")
@@ -96,7 +110,7 @@ NOISE_SCALE_RANGE = (0.4, 0.9)  # the voice's own default is 0.667
 NOISE_W_RANGE = (0.5, 1.1)  # the voice's own default is 0.8
 PEAK_RANGE = (0.3, 0.95)  # piper's output is scaled to a peak drawn from this range
 
-_SILENCE_THRESHOLD = 10 ** (-50 / 20)  # -50 dBFS
+SILENCE_THRESHOLD = 10 ** (-50 / 20)  # -50 dBFS: quieter samples are edge silence
 _MAX_PEAK = 0.98  # resampling overshoots a little; stay clear of 16-bit clipping
 _MAX_EDGE_SILENCE_S = 0.2
 _SERIAL_BELOW = 64  # utterances; fewer are not worth starting processes for
@@ -119,12 +133,18 @@ def _resampler(orig_freq: int, new_freq: int) -> Resample:
     return Resample(orig_freq, new_freq)  # builds the sinc kernel once, not per utterance
 
 
-def _trim_silence(wave: np.ndarray, sample_rate: int) -> np.ndarray:
-    loud = np.flatnonzero(np.abs(wave) > _SILENCE_THRESHOLD)
+def _kept_span(wave: np.ndarray, sample_rate: int) -> tuple[int, int]:
+    """The samples ``[first, last)`` that trimming keeps: 0.2 s either side of the loud ones (all without any)."""
+    loud = np.flatnonzero(np.abs(wave) > SILENCE_THRESHOLD)
     if loud.size == 0:
-        return wave
+        return 0, wave.size
     keep = int(_MAX_EDGE_SILENCE_S * sample_rate)
-    return wave[max(0, loud[0] - keep) : loud[-1] + 1 + keep]
+    return max(0, int(loud[0]) - keep), int(loud[-1]) + 1 + keep
+
+
+def _trim_silence(wave: np.ndarray, sample_rate: int) -> np.ndarray:
+    first, last = _kept_span(wave, sample_rate)
+    return wave[first:last]
 
 
 def _to_corpus_rate(wave: torch.Tensor, rate: int) -> torch.Tensor:
@@ -171,6 +191,20 @@ def speak(
     pcm = (synthesize_isolated if isolated else synthesize)(
         text, voice, rate=rate, pitch=pitch, volume=volume, seed=seed, pitch_range=pitch_range, word_gap=word_gap
     )
+    return shape_speech(pcm, sample_rate)[0]
+
+
+def shape_speech(pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> tuple[torch.Tensor, int]:
+    """eSpeak's samples as :func:`speak` returns them, and where they start in eSpeak's own output.
+
+    Args:
+        pcm (np.ndarray): 16-bit samples at eSpeak's rate (``ESPEAK_SAMPLE_RATE``), shape `(T22,)`.
+        sample_rate (int, optional): rate of the result in Hz. (Default: ``16000``)
+
+    Returns:
+        tuple: the float32 waveform `(T,)` (resampled, scaled down to a 0.98 peak if over it, edge
+        silence trimmed to 0.2 s) and the index of its first sample in the waveform before trimming.
+    """
     wave = torch.from_numpy(pcm.astype(np.float32) / 32768.0)  # (T22,)
     if sample_rate != ESPEAK_SAMPLE_RATE:
         with torch.no_grad():
@@ -178,10 +212,11 @@ def speak(
     peak = float(wave.abs().max()) if wave.numel() else 0.0
     if peak > _MAX_PEAK:
         wave = wave * (_MAX_PEAK / peak)
-    return torch.from_numpy(_trim_silence(wave.numpy(), sample_rate).copy())
+    first, last = _kept_span(wave.numpy(), sample_rate)
+    return torch.from_numpy(wave.numpy()[first:last].copy()), first
 
 
-def _speak_piper(
+def speak_piper(
     engine: PiperEngine, text: str, speaker: Speaker, length_scale: float, noise_scale: float, noise_w_scale: float, peak: float
 ) -> np.ndarray:
     """piper's speech at the corpus rate, shifted to ``speaker``, trimmed, scaled to ``peak``."""
@@ -194,7 +229,9 @@ def _speak_piper(
 
 
 @dataclass(frozen=True)
-class _Job:
+class Job:
+    """One utterance of a corpus to speak: its file, words, speaker and the settings drawn for it."""
+
     path: str
     text: str
     speaker: Speaker
@@ -214,20 +251,20 @@ def _block_seed(seed: int, block: int) -> int:
     return int.from_bytes(hashlib.sha256(f"attend-synth/piper/{seed}/{block}".encode()).digest()[:4], "big")
 
 
-def _run_block(task: tuple[int, int, list[_Job]], isolated: bool = False) -> int:
+def _run_block(task: tuple[int, int, list[Job]], isolated: bool = False) -> int:
     seed, block, jobs = task
     engine = None  # made at the block's first piper utterance, seeded by the block
     for job in jobs:
         if job.speaker.engine == "piper":
             engine = engine or PiperEngine(seed=_block_seed(seed, block))
-            wave = _speak_piper(engine, job.text, job.speaker, *job.params)
+            wave = speak_piper(engine, job.text, job.speaker, *job.params)
         else:
             wave = _speak_espeak(job, isolated)
         sf.write(job.path, wave, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
     return len(jobs)
 
 
-def _speak_espeak(job: _Job, isolated: bool) -> np.ndarray:
+def _speak_espeak(job: Job, isolated: bool) -> np.ndarray:
     """One eSpeak utterance; ``isolated``: in a child process, with the crash fallback."""
     rate, pitch, volume, espeak_seed, pitch_range, word_gap = job.params
     voice = job.speaker.espeak_name
@@ -262,7 +299,7 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
-def _sentence_pools(text: str, seed: int) -> dict[str, list[str]] | None:
+def sentence_pools(text: str, seed: int) -> dict[str, list[str]] | None:
     """Each split's sentences in a seeded order (utterance i speaks sentence i), or ``None``
     for the template grammar (which draws a sentence per utterance)."""
     if text == "templates":
@@ -273,13 +310,15 @@ def _sentence_pools(text: str, seed: int) -> dict[str, list[str]] | None:
     return pools
 
 
-def _plan(
+def plan(
     out: Path, counts: dict[str, int], seed: int, text: str, engines: Sequence[str]
-) -> tuple[list[_Job], dict[Path, list[str]]]:
+) -> tuple[list[Job], dict[Path, list[str]]]:
+    """What :func:`prepare_synth` speaks: every utterance's :class:`Job`, in order, and each
+    transcript file's lines (``counts``: split -> utterances; nothing is spoken or written here)."""
     by_split: dict[str, dict[str, list[Speaker]]] = {e: {s: [] for s in SPLITS} for e in engines}
     for speaker in corpus_speakers(text, engines):
         by_split[speaker.engine][speaker.split].append(speaker)
-    pools = _sentence_pools(text, seed)
+    pools = sentence_pools(text, seed)
     jobs, transcripts = [], {}
     for split in SPLITS:
         next_utt: dict[str, int] = {}
@@ -296,7 +335,7 @@ def _plan(
             utt_id = f"{speaker.speaker_id}-{chapter}-{utt:04d}"
             transcript = folder / f"{speaker.speaker_id}-{chapter}.trans.txt"
             transcripts.setdefault(transcript, []).append(f"{utt_id} {sentence.upper()}")
-            jobs.append(_Job(str(folder / f"{utt_id}.flac"), sentence, speaker, params))
+            jobs.append(Job(str(folder / f"{utt_id}.flac"), sentence, speaker, params))
     return jobs, transcripts
 
 
@@ -408,7 +447,7 @@ def prepare_synth(
         + "\n"
     )
 
-    jobs, transcripts = _plan(out, counts, seed, text, engines)
+    jobs, transcripts = plan(out, counts, seed, text, engines)
     keep = {job.path for job in jobs[:kept]}
     for split in SPLITS:  # everything but the kept utterances goes, so the folder holds this corpus alone
         for path in sorted((out / split).rglob("*")) if (out / split).is_dir() else []:

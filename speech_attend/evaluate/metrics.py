@@ -6,16 +6,27 @@ not a mean of per-utterance rates, as published WERs are computed.
 Two conditions of the same clips (clean and quiet, say) are compared by the ratio of their WERs,
 which is the ratio of their total word edits; :func:`edit_ratio_interval` gives its paired
 bootstrap interval (Bisani and Ney 2004), so that "within 10 % of clean" can be told from noise.
+Two decodings of the same groups are compared by their mean WER over the groups;
+:func:`mean_wer_difference_interval` gives the paired bootstrap interval of the difference.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 
 import jiwer
 import numpy as np
 
-__all__ = ["word_error_rate", "char_error_rate", "speech_metrics", "utterance_word_edits", "edit_ratio_interval"]
+__all__ = [
+    "word_error_rate",
+    "char_error_rate",
+    "speech_metrics",
+    "utterance_word_edits",
+    "edit_ratio_interval",
+    "mean_wer",
+    "mean_wer_difference_interval",
+]
 
 
 def _aligned(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -149,3 +160,50 @@ def edit_ratio_interval(
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def mean_wer(
+    edits: Mapping[str, Sequence[int]], words: Mapping[str, Sequence[int]], draw: Mapping[str, Sequence[int]] | None = None
+) -> float:
+    """The mean over groups of each group's WER (its word edits over its reference words).
+
+    Args:
+        edits (dict[str, list[int]]): each group's per-utterance word edits (:func:`utterance_word_edits`).
+        words (dict[str, list[int]]): each group's per-utterance reference words, aligned with ``edits``.
+        draw (dict[str, list[int]] or None, optional): the utterances drawn from each group (indices,
+            repeats allowed); ``None``: every utterance once. (Default: ``None``)
+    """
+    total = 0.0
+    for group in edits:
+        picked = draw[group] if draw else range(len(edits[group]))
+        total += sum(edits[group][i] for i in picked) / max(1, sum(words[group][i] for i in picked))
+    return total / len(edits)
+
+
+def mean_wer_difference_interval(
+    base: Mapping[str, Sequence[int]],
+    other: Mapping[str, Sequence[int]],
+    words: Mapping[str, Sequence[int]],
+    draws: int = 1000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """95 % paired bootstrap interval of ``mean_wer(other) - mean_wer(base)``: two decodings of the same
+    groups, each group's utterances drawn with replacement, the same draw for both.
+
+    Args:
+        base (dict[str, list[int]]): each group's per-utterance word edits under the base decoding.
+        other (dict[str, list[int]]): the same under the other decoding.
+        words (dict[str, list[int]]): each group's per-utterance reference words.
+        draws (int, optional): bootstrap resamples. (Default: ``1000``)
+        seed (int, optional): seed of the resampling. (Default: ``0``)
+
+    Returns:
+        tuple[float, float]: the interval's low and high ends.
+    """
+    rng = random.Random(seed)
+    diffs = []
+    for _ in range(draws):
+        draw = {g: [rng.randrange(len(base[g])) for _ in base[g]] for g in base}
+        diffs.append(mean_wer(other, words, draw) - mean_wer(base, words, draw))
+    diffs.sort()
+    return diffs[int(0.025 * draws)], diffs[int(0.975 * draws) - 1]
