@@ -644,11 +644,12 @@ class Transcriber:
             ]
         return Transcript(file.path, text, duration, len(file.spans), alignment, labels, warnings, segments)
 
-    def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
-        """Write ``<out_dir>/<audio file stem>.png``: characters against time."""
+    def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike, name: str | None = None) -> Path:
+        """Write ``<out_dir>/<name>.png``: characters against time. ``name`` is the file's output
+        name (:func:`shared.io.outputs.output_names`); by default the audio file's stem."""
         from shared.evaluation.plots import save_alignment
 
-        path = Path(out_dir) / f"{Path(transcript.audio).stem}.png"
+        path = Path(out_dir) / f"{name or Path(transcript.audio).stem}.png"
         title = f"{Path(transcript.audio).name}: {transcript.text[:80]}"
         return save_alignment(transcript.alignment, path, transcript.labels, self.model.frame_seconds, title)
 
