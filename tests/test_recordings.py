@@ -14,7 +14,8 @@ from shared import Vocabulary
 from shared.io.model_files import export_folder, load_model_files
 from speech_attend.cli import main as speech_attend
 from speech_attend.data.augment import AugmentConfig, augment_batch, non_speech
-from speech_attend.infer.transcribe import APP, Transcriber, is_silent
+from speech_attend.infer.pauses import is_silent
+from speech_attend.infer.transcribe import APP, Transcriber
 from speech_attend.model.features import (
     ColourShrink,
     FeatureConfig,

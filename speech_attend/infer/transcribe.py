@@ -1,11 +1,10 @@
 """Transcribing audio files with a trained model (a ``.ckpt`` or an exported folder).
 
-Any sample rate and channel count is accepted (resampled and downmixed on reading). Audio
-longer than the model handles well (by default the longest training utterance) is split at its
-pauses into chunks, which are decoded as one batch and joined; attention models truncate or
-loop on utterances much longer than they were trained on. Every chunk,
-and a file decoded whole, is trimmed to the speech it holds: an attention model trained on
-utterances that start and end with speech invents words for silence at their edges.
+Any sample rate and channel count is accepted (resampled and downmixed on reading). Each file is
+cut into chunks at its pauses and trimmed to its speech, and chunks without speech are left empty
+(:mod:`speech_attend.infer.pauses`); the chunks of consecutive files are decoded together in
+batches and joined into one :class:`Transcript` per file, with segment and word times
+(:mod:`speech_attend.infer.timing`).
 
 :class:`Transcriber` is the Python interface, read as ``show_attend``'s :class:`Captioning` is::
 
@@ -24,13 +23,13 @@ from pathlib import Path
 from typing import overload
 
 import torch
-from torch.nn import functional as F
 
 from shared import Hypothesis
 from shared.io.devices import check_device
 from shared.io.model_files import CheckpointError, export_folder, load_model_files
 from speech_attend.data.audio import load_audio
 from speech_attend.data.dataset import pad_waves
+from speech_attend.infer.pauses import NO_SIGNAL_DBFS, QUIET_DBFS, chunk_audio
 from speech_attend.infer.timing import Segment, chunk_segment, no_speech_segment
 from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
 from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
@@ -38,14 +37,8 @@ from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has
 __all__ = [
     "Transcriber",
     "Transcript",
-    "split_at_pauses",
-    "split_at_quiet_points",
-    "is_silent",
     "load_recognizer",
     "export_model",
-    "SILENCE_DBFS",
-    "NO_SIGNAL_DBFS",
-    "QUIET_DBFS",
     "APP",
     "SHIPPED_MODEL",
     "shipped_model",
@@ -55,316 +48,8 @@ APP = "speech-attend"
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "speech_attend"  # the model this project ships
 
 
-def shipped_model() -> Path:
-    """The shipped model's folder (what ``transcribe`` uses without ``--ckpt``).
-
-    Raises:
-        CheckpointError: it is not there (an install without the repository's ``models/``).
-    """
-    if not (SHIPPED_MODEL / "model.safetensors").is_file():
-        raise CheckpointError(f"{SHIPPED_MODEL}: the shipped model is not there; pass --ckpt with a model of your own")
-    return SHIPPED_MODEL
-
-
 _DEFAULT_MAX_CHUNK_SECONDS = 15.0
-_QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
 _CHUNKS_PER_BATCH = 16
-# Relative to the speech level (the 95th percentile of 10 ms frame power): smoothed energy under
-# PAUSE_DB is a pause; a frame over SPEECH_DB holds speech, for trimming. Soft consonants sit 20-35
-# dB under the vowels, so trimming at -40 dB keeps them.
-PAUSE_DB, SPEECH_DB = -35.0, -40.0
-_MIN_PAUSE_SECONDS = 0.15  # shorter quiet runs (stop closures, breaths within a phrase) are not cut
-_MIN_CHUNK_SECONDS = 0.5  # a shorter piece between two pauses joins the piece before it
-_MIN_TRIM_SECONDS = 0.05  # shorter quiet edges of a chunk are not trimmed
-# Which chunks hold no speech, so they are left empty instead of decoded (an attention decoder asked
-# to transcribe silence invents words). Decided by levels relative to the file and by the rise and
-# fall of speech, not by one absolute level: the front end hears a clip the same at any gain, so a
-# microphone set 50 dB too low still gives words.
-SILENCE_DBFS = -50.0  # a chunk under this at its loudest 10 ms that is also steady (below) is quiet noise
-NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothing but rounding noise
-QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
-_QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
-_OFFSET = 1e-2  # a mean sample over this (-40 dBFS) is a DC offset, removed before cutting and the silence test
-# A frame power spread (10th to 95th percentile) under this is steady noise, hum or a held tone: speech rises and
-# falls more, even a short phrase without a pause (docs/BENCHMARKS.md, "The steadiness rule").
-_STEADY_DB = 7.0
-
-
-def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
-    """The model stored in a checkpoint or exported folder, in eval mode, with its
-    ``vocabulary`` and ``decoding`` settings.
-
-    Raises:
-        CheckpointError: unreadable, unsafe, or not a speech-attend model.
-    """
-    files = load_model_files(path, APP)  # CheckpointError names the file
-    try:
-        model = build_recognizer(files.hyper_parameters)
-    except (TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
-    try:
-        missing, unexpected = model.load_state_dict(files.state_dict, strict=False)
-    except RuntimeError as err:  # a weight of another shape
-        raise CheckpointError(f"{path}: weights do not fit the saved config ({_first_problem(err)})") from None
-    if missing or unexpected:
-        named = [
-            f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-            for kind, keys in (("missing", missing), ("unexpected", unexpected))
-            if keys
-        ]
-        raise CheckpointError(f"{path}: weights do not fit the saved config: {'; '.join(named)}")
-    return model.to(device).eval()
-
-
-def _first_problem(err: RuntimeError) -> str:
-    """The first line of a ``load_state_dict`` error that says what is wrong, not its heading."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return next((line for line in lines[1:] if line), lines[0] if lines else "unreadable weights")
-
-
-def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bool]:
-    """``decoding`` with the given settings that are not ``None``, and whether any was given."""
-    chosen = {name: value for name, value in settings.items() if value is not None}
-    return replace(decoding, **chosen), bool(chosen)
-
-
-def export_model(
-    ckpt: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    lm: str | os.PathLike | None = None,
-    lm_weight: float | None = None,
-    length_bonus: float | None = None,
-    beam_size: int | None = None,
-    ctc_weight: float | None = None,
-    half: bool = False,
-) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
-    statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
-    that holds one, also its language model (``lm.safetensors`` + ``lm.json``, in the
-    recognizer's character order), fused by default with ``lm_weight`` and ``length_bonus``,
-    saved in the decoding settings.
-
-    Args:
-        lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
-            model, the saved weight for one that ``ckpt`` holds.
-        length_bonus (float or None, optional): by default the saved one (0 unless set).
-        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
-            the checkpoint's.
-        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, saved
-            as ``transcribe``'s default; by default the checkpoint's.
-        half (bool, optional): store the weights in float16 (half the size; loading widens them
-            back to float32). (Default: ``False``)
-
-    Raises:
-        CheckpointError: unreadable files, or a language model over other characters.
-        ValueError: ``lm_weight`` outside [0, 2], ``beam_size`` under 1, or ``ctc_weight`` outside [0, 1].
-    """
-    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight)
-    model = load_recognizer(ckpt)
-    vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
-    if lm is None and has_lm(ckpt):
-        lm = ckpt
-    elif lm is not None and lm_weight is None:
-        lm_weight = DEFAULT_LM_WEIGHT
-    language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
-    decoding, changed = _with_settings(decoding, beam_size=beam_size, ctc_weight=ctc_weight)
-    if language_model is not None or changed:
-        hparams = {**hparams, "decoding": asdict(decoding)}
-    state = {name: t.half() if half and t.is_floating_point() else t for name, t in model.state_dict().items()}
-    out = export_folder(out_dir, APP, state, hparams)
-    if language_model is not None:
-        record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
-        save_lm(out, language_model, vocabulary, record)
-    return out
-
-
-def _language_model(
-    path: str | os.PathLike,
-    vocabulary,
-    decoding: DecodeConfig,
-    lm: str | os.PathLike | None,
-    lm_weight: float | None,
-    length_bonus: float | None,
-    device: str | torch.device,
-) -> tuple[CharLM | None, DecodeConfig]:
-    """The language model to fuse (``lm``, else the model folder's own) and the decoding settings
-    with ``lm_weight`` and ``length_bonus`` (else the saved ones).
-
-    Raises:
-        ValueError: ``lm_weight`` outside [0, 2], not finite settings, or a weight over 0 without
-            a language model. CheckpointError: the language model's files are unreadable, or
-            over other characters than the recognizer's.
-    """
-    changes = {k: v for k, v in (("lm_weight", lm_weight), ("length_bonus", length_bonus)) if v is not None}
-    decoding = replace(decoding, **changes)
-    if not 0.0 <= decoding.lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
-        raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {decoding.lm_weight:g}")
-    if not math.isfinite(decoding.length_bonus):
-        raise ValueError(f"--length-bonus must be a finite number, got {decoding.length_bonus:g}")
-    folder = lm if lm is not None else path if has_lm(path) else None
-    if folder is None:
-        if decoding.lm_weight > 0:
-            raise ValueError(
-                f"--lm-weight {decoding.lm_weight:g} needs a language model, and {path} holds none: "
-                "pass --lm DIR (from speech-attend fit-lm) or a model exported with --lm"
-            )
-        return None, decoding
-    model, _ = load_lm(folder, vocabulary)
-    return model.to(device), decoding
-
-
-def split_at_quiet_points(
-    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_seconds: float | None = None
-) -> list[tuple[int, int]]:
-    """Cut a long waveform into chunks of at most ``max_seconds``, at its quietest moments.
-
-    Each cut is placed at the minimum of the smoothed energy between ``min_seconds`` and
-    ``max_seconds`` after the previous cut, so it falls in a pause whenever there is one.
-    Energy is measured per 10 ms frame, so an hour of audio costs milliseconds.
-
-    Args:
-        waveform (torch.Tensor): `(N,)`.
-        sample_rate (int): Hz.
-        max_seconds (float): longest chunk.
-        min_seconds (float or None, optional): shortest chunk but the last; half of
-            ``max_seconds`` by default.
-
-    Returns:
-        list of (int, int): ``(start, end)`` sample ranges covering the waveform in order.
-    """
-    if max_seconds <= 0:
-        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
-    total, longest = waveform.numel(), int(max_seconds * sample_rate)
-    if total <= longest:
-        return [(0, total)]
-    hop = _hop(sample_rate)
-    energy = _smoothed_energy(_frame_power(waveform, hop), sample_rate)  # (F,)
-    frames = energy.numel()
-    shortest = (max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate
-    chunks, start = [], 0
-    while total - start > longest:
-        low = (start + max(hop, int(shortest))) // hop  # frame range where the next cut may go
-        high = max(low + 1, min(frames, (start + longest) // hop))
-        cut = (low + int(energy[low:high].argmin())) * hop + hop // 2  # middle of the quietest frame
-        chunks.append((start, cut))
-        start = cut
-    chunks.append((start, total))
-    return chunks
-
-
-def split_at_pauses(
-    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_pause: float = _MIN_PAUSE_SECONDS, trim: bool = True
-) -> list[tuple[int, int]]:
-    """Cut long speech at its pauses into chunks of at most ``max_seconds``, each trimmed to its speech.
-
-    Audio no longer than ``max_seconds`` stays one chunk. Longer audio is cut in the middle of
-    every pause of at least ``min_pause`` (10 ms frames ``PAUSE_DB`` under the speech level, the
-    95th percentile of the frame power), so chunks hold whole phrases, as the model heard in
-    training; a piece shorter than 0.5 s joins the one before it, and a piece still longer than
-    ``max_seconds`` is cut further at its quietest points (:func:`split_at_quiet_points`). Then
-    every chunk loses quiet edges of 50 ms or more, down to its first and last frame with speech
-    (power over ``SPEECH_DB`` under the speech level); a chunk without speech is kept whole, for
-    :func:`is_silent` to find.
-
-    ``scripts/long_audio_check.py`` measures what this gives on long files (docs/BENCHMARKS.md).
-
-    Args:
-        waveform (torch.Tensor): `(N,)`.
-        sample_rate (int): Hz.
-        max_seconds (float): longest chunk.
-        min_pause (float, optional): shortest pause cut at, in seconds. (Default: ``0.15``)
-        trim (bool, optional): trim each chunk's quiet edges; ``False`` keeps them (to measure
-            what trimming does). (Default: ``True``)
-
-    Returns:
-        list of (int, int): ``(start, end)`` sample ranges in order, not overlapping.
-    """
-    if max_seconds <= 0:
-        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
-    total, hop = waveform.numel(), _hop(sample_rate)
-    power = _frame_power(waveform, hop)  # (F,)
-    level = torch.quantile(power, 0.95)  # loud speech, whatever the recording level
-    speech = (power > level * 10 ** (SPEECH_DB / 10)).nonzero().squeeze(1)  # frames with speech
-
-    def trimmed(start: int, end: int) -> tuple[int, int]:
-        inside = speech[(speech >= start // hop) & (speech < -(-end // hop))]
-        if not trim or inside.numel() == 0:
-            return start, end
-        # Quiet edges shorter than _MIN_TRIM_SECONDS stay: they are part of the speech's own onset
-        # or decay, and moving a clean utterance's start by even 10 ms changes some of its transcripts.
-        keep = int(_MIN_TRIM_SECONDS * sample_rate)
-        first, last = int(inside[0]) * hop, (int(inside[-1]) + 1) * hop
-        return (first if first - start >= keep else start), (last if end - last >= keep else end)
-
-    if total <= int(max_seconds * sample_rate):
-        return [trimmed(0, total)]
-    quiet = (power <= level * 10 ** (PAUSE_DB / 10)).tolist()
-    cuts, run_start = [], None
-    for frame, is_quiet in enumerate(quiet + [False]):  # the False closes a run at the end
-        if is_quiet and run_start is None:
-            run_start = frame
-        elif not is_quiet and run_start is not None:
-            inside = run_start > 0 and frame < len(quiet)  # leading and trailing silence is trimmed, not cut
-            if inside and (frame - run_start) * hop >= min_pause * sample_rate:
-                cuts.append((run_start + frame) // 2 * hop)
-            run_start = None
-    pieces: list[tuple[int, int]] = []
-    for start, end in zip([0, *cuts], [*cuts, total]):
-        if pieces and end - start < _MIN_CHUNK_SECONDS * sample_rate:
-            pieces[-1] = (pieces[-1][0], end)
-        else:
-            pieces.append((start, end))
-    return [
-        trimmed(start + a, start + b)
-        for start, end in pieces
-        for a, b in split_at_quiet_points(waveform[start:end], sample_rate, max_seconds)
-    ]
-
-
-def _smoothed_energy(power: torch.Tensor, sample_rate: int) -> torch.Tensor:
-    """10 ms frame power `(F,)` averaged over ``_QUIET_WINDOW_SECONDS`` around each frame: `(F,)`."""
-    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate) // _hop(sample_rate))
-    return F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, : power.numel()]
-
-
-def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | None = None) -> bool:
-    """Whether ``waveform`` `(N,)` holds no speech.
-
-    It does not when its loudest 10 ms frame (RMS, full scale 1.0) is under ``NO_SIGNAL_DBFS``
-    (nothing there), more than 45 dB under ``reference_dbfs`` (the loudest frame of the file it
-    comes from: a quiet stretch between speech), or under ``SILENCE_DBFS`` while its frame power
-    stays within ``_STEADY_DB`` (steady room noise, hum, a held tone; speech rises and falls more).
-    """
-    power = _frame_power(_without_offset(waveform), _hop(sample_rate))  # (F,)
-    loudest = _dbfs(power.max())
-    if loudest < NO_SIGNAL_DBFS or (reference_dbfs is not None and loudest < reference_dbfs + _QUIET_STRETCH_DB):
-        return True
-    if loudest >= SILENCE_DBFS:
-        return False
-    low, high = torch.quantile(power, torch.tensor([0.1, 0.95]))
-    return _dbfs(high) - _dbfs(low) < _STEADY_DB
-
-
-def _without_offset(waveform: torch.Tensor) -> torch.Tensor:
-    """``waveform`` `(N,)` less its mean when that is a real offset (over -40 dBFS); other audio as it
-    is: subtracting a recording's own small mean would put an offset into its digital silence."""
-    mean = waveform.mean() if waveform.numel() else waveform.new_zeros(())
-    return waveform - mean if float(mean.abs()) > _OFFSET else waveform
-
-
-def _dbfs(power: torch.Tensor) -> float:
-    return 10 * torch.log10(power + 1e-20).item()
-
-
-def _hop(sample_rate: int) -> int:
-    return max(1, sample_rate // 100)  # 10 ms frames
-
-
-def _frame_power(waveform: torch.Tensor, hop: int) -> torch.Tensor:
-    """Mean square of each whole ``hop``-sample frame of ``waveform`` `(N,)`: `(F,)`, at least one
-    frame (a waveform shorter than ``hop`` is one short frame)."""
-    frames = max(1, waveform.numel() // hop)
-    return waveform[: frames * hop].float().reshape(frames, -1).square().mean(1)
 
 
 @dataclass
@@ -401,20 +86,6 @@ class Transcript:
             "chunks": self.chunks,
             "segments": [segment.to_json() for segment in self.segments],
         }
-
-
-@dataclass
-class _File:
-    """A file read and cut into chunks, waiting for its chunks to be decoded."""
-
-    path: str
-    wave: torch.Tensor  # (N,)
-    spans: list[tuple[int, int]]  # chunks, sample ranges
-    silent: set[int]  # chunks left empty, not decoded
-    warnings: list[str]  # for the user: too quiet, no speech found
-
-    def chunk_samples(self, i: int) -> int:
-        return self.spans[i][1] - self.spans[i][0]
 
 
 class Transcriber:
@@ -552,27 +223,23 @@ class Transcriber:
         yield from self._decode_group(group)
 
     def _prepare(self, audio_path: str | os.PathLike) -> _File:
-        """Read a file and cut it into chunks; which chunks are silent."""
+        """Read a file and cut it into chunks (:func:`speech_attend.infer.pauses.chunk_audio`); which are silent."""
         wave = load_audio(audio_path, self.sample_rate)  # (N,)
-        wave = _without_offset(wave)  # a DC offset would hide the pauses and the rise and fall of speech
         if wave.numel() < self.model.min_samples():
             raise ValueError(
                 f"{audio_path}: audio of {wave.numel() / self.sample_rate:.3f} s is shorter than one listener frame; "
                 f"expected at least {self.model.min_samples() / self.sample_rate:.3f} s"
             )
-        spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds, trim=self.trim)
-        spans = _widen_short_chunks(spans, self.model.min_samples(), wave.numel())
-        loudest = _dbfs(_frame_power(wave, _hop(self.sample_rate)).max())
-        silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate, loudest)}
+        chunks = chunk_audio(wave, self.sample_rate, self.max_chunk_seconds, self.model.min_samples(), self.trim)
         warnings = []
-        if NO_SIGNAL_DBFS <= loudest < QUIET_DBFS:
+        if NO_SIGNAL_DBFS <= chunks.loudest_dbfs < QUIET_DBFS:
             warnings.append(
-                f"{audio_path}: very quiet recording (its loudest 10 ms at {loudest:.0f} dBFS; speech is usually above "
-                "-40 dBFS): the transcript may be wrong or empty; record with more gain"
+                f"{audio_path}: very quiet recording (its loudest 10 ms at {chunks.loudest_dbfs:.0f} dBFS; speech is usually "
+                "above -40 dBFS): the transcript may be wrong or empty; record with more gain"
             )
-        elif len(silent) == len(spans):
+        elif len(chunks.silent) == len(chunks.spans):
             warnings.append(f"{audio_path}: no speech found (silence or steady noise); the transcript is empty")
-        return _File(str(audio_path), wave, spans, silent, warnings)
+        return _File(str(audio_path), chunks.wave, chunks.spans, chunks.silent, warnings)
 
     def _decode_group(self, group: list[_File | ValueError]) -> Iterator[Transcript | ValueError]:
         """Decode the spoken chunks of the group's files in batches, then assemble each file's transcript."""
@@ -654,16 +321,18 @@ class Transcriber:
         return save_alignment(transcript.alignment, path, transcript.labels, self.model.frame_seconds, title)
 
 
-def _widen_short_chunks(spans: list[tuple[int, int]], min_samples: int, total: int) -> list[tuple[int, int]]:
-    """Widen chunks shorter than one listener frame (a click trimmed to its 20 ms) around their middle,
-    within the ``total`` samples of the audio, so every chunk can be decoded."""
-    widened = []
-    for start, end in spans:
-        if end - start < min_samples:
-            start = min(max(0, (start + end - min_samples) // 2), total - min_samples)
-            end = start + min_samples
-        widened.append((start, end))
-    return widened
+@dataclass
+class _File:
+    """A file read and cut into chunks, waiting for its chunks to be decoded."""
+
+    path: str
+    wave: torch.Tensor  # (N,)
+    spans: list[tuple[int, int]]  # chunks, sample ranges
+    silent: set[int]  # chunks left empty, not decoded
+    warnings: list[str]  # for the user: too quiet, no speech found
+
+    def chunk_samples(self, i: int) -> int:
+        return self.spans[i][1] - self.spans[i][0]
 
 
 def _join_alignments(hyps, encoder_lengths: list[int], offsets: list[int], vocabulary) -> tuple[torch.Tensor, list[str]]:
@@ -686,3 +355,143 @@ def _join_alignments(hyps, encoder_lengths: list[int], offsets: list[int], vocab
     if not labels:
         labels = [""]
     return matrix, labels
+
+
+# ----------------------------------------------------------------------------- loading a model
+
+
+def shipped_model() -> Path:
+    """The shipped model's folder (what ``transcribe`` uses without ``--ckpt``).
+
+    Raises:
+        CheckpointError: it is not there (an install without the repository's ``models/``).
+    """
+    if not (SHIPPED_MODEL / "model.safetensors").is_file():
+        raise CheckpointError(f"{SHIPPED_MODEL}: the shipped model is not there; pass --ckpt with a model of your own")
+    return SHIPPED_MODEL
+
+
+def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
+    """The model stored in a checkpoint or exported folder, in eval mode, with its
+    ``vocabulary`` and ``decoding`` settings.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, or not a speech-attend model.
+    """
+    files = load_model_files(path, APP)  # CheckpointError names the file
+    try:
+        model = build_recognizer(files.hyper_parameters)
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
+    try:
+        missing, unexpected = model.load_state_dict(files.state_dict, strict=False)
+    except RuntimeError as err:  # a weight of another shape
+        raise CheckpointError(f"{path}: weights do not fit the saved config ({_first_problem(err)})") from None
+    if missing or unexpected:
+        named = [
+            f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            for kind, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        ]
+        raise CheckpointError(f"{path}: weights do not fit the saved config: {'; '.join(named)}")
+    return model.to(device).eval()
+
+
+def _first_problem(err: RuntimeError) -> str:
+    """The first line of a ``load_state_dict`` error that says what is wrong, not its heading."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return next((line for line in lines[1:] if line), lines[0] if lines else "unreadable weights")
+
+
+def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bool]:
+    """``decoding`` with the given settings that are not ``None``, and whether any was given."""
+    chosen = {name: value for name, value in settings.items() if value is not None}
+    return replace(decoding, **chosen), bool(chosen)
+
+
+def _language_model(
+    path: str | os.PathLike,
+    vocabulary,
+    decoding: DecodeConfig,
+    lm: str | os.PathLike | None,
+    lm_weight: float | None,
+    length_bonus: float | None,
+    device: str | torch.device,
+) -> tuple[CharLM | None, DecodeConfig]:
+    """The language model to fuse (``lm``, else the model folder's own) and the decoding settings
+    with ``lm_weight`` and ``length_bonus`` (else the saved ones).
+
+    Raises:
+        ValueError: ``lm_weight`` outside [0, 2], not finite settings, or a weight over 0 without
+            a language model. CheckpointError: the language model's files are unreadable, or
+            over other characters than the recognizer's.
+    """
+    changes = {k: v for k, v in (("lm_weight", lm_weight), ("length_bonus", length_bonus)) if v is not None}
+    decoding = replace(decoding, **changes)
+    if not 0.0 <= decoding.lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
+        raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {decoding.lm_weight:g}")
+    if not math.isfinite(decoding.length_bonus):
+        raise ValueError(f"--length-bonus must be a finite number, got {decoding.length_bonus:g}")
+    folder = lm if lm is not None else path if has_lm(path) else None
+    if folder is None:
+        if decoding.lm_weight > 0:
+            raise ValueError(
+                f"--lm-weight {decoding.lm_weight:g} needs a language model, and {path} holds none: "
+                "pass --lm DIR (from speech-attend fit-lm) or a model exported with --lm"
+            )
+        return None, decoding
+    model, _ = load_lm(folder, vocabulary)
+    return model.to(device), decoding
+
+
+# ----------------------------------------------------------------------------- exporting a model
+
+
+def export_model(
+    ckpt: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    lm: str | os.PathLike | None = None,
+    lm_weight: float | None = None,
+    length_bonus: float | None = None,
+    beam_size: int | None = None,
+    ctc_weight: float | None = None,
+    half: bool = False,
+) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
+    statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
+    that holds one, also its language model (``lm.safetensors`` + ``lm.json``, in the
+    recognizer's character order), fused by default with ``lm_weight`` and ``length_bonus``,
+    saved in the decoding settings.
+
+    Args:
+        lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
+            model, the saved weight for one that ``ckpt`` holds.
+        length_bonus (float or None, optional): by default the saved one (0 unless set).
+        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
+            the checkpoint's.
+        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, saved
+            as ``transcribe``'s default; by default the checkpoint's.
+        half (bool, optional): store the weights in float16 (half the size; loading widens them
+            back to float32). (Default: ``False``)
+
+    Raises:
+        CheckpointError: unreadable files, or a language model over other characters.
+        ValueError: ``lm_weight`` outside [0, 2], ``beam_size`` under 1, or ``ctc_weight`` outside [0, 1].
+    """
+    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight)
+    model = load_recognizer(ckpt)
+    vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
+    if lm is None and has_lm(ckpt):
+        lm = ckpt
+    elif lm is not None and lm_weight is None:
+        lm_weight = DEFAULT_LM_WEIGHT
+    language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
+    decoding, changed = _with_settings(decoding, beam_size=beam_size, ctc_weight=ctc_weight)
+    if language_model is not None or changed:
+        hparams = {**hparams, "decoding": asdict(decoding)}
+    state = {name: t.half() if half and t.is_floating_point() else t for name, t in model.state_dict().items()}
+    out = export_folder(out_dir, APP, state, hparams)
+    if language_model is not None:
+        record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
+        save_lm(out, language_model, vocabulary, record)
+    return out
