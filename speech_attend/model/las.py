@@ -31,6 +31,7 @@ from shared.io.model_files import fingerprint
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.listener import Listener
 from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
+from speech_attend.model.migrations import migrate_hyper_parameters
 from speech_attend.model.pretrained_listener import PretrainedListener
 from speech_attend.model.speller import Speller, SpellerConfig
 from speech_attend.model.whisper import WhisperConfig, WhisperLogMel
@@ -471,15 +472,14 @@ def build_recognizer(hparams: dict) -> LAS:
     """The model (untrained) that saved hyper-parameters describe, with its vocabulary and decoding settings.
 
     Args:
-        hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s.
+        hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s, of
+            any layout this code saved (:mod:`speech_attend.model.migrations`).
 
     Raises:
         ValueError: no vocabulary, or settings these classes do not know.
     """
     if not hparams.get("vocabulary"):
         raise ValueError("the model config has no vocabulary; was it saved by speech-attend?")
-    vocabulary = Vocabulary(hparams["vocabulary"])
-    features = hparams.get("features")
-    features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
-    las = as_dataclass(LASConfig, hparams.get("las"))
-    return LAS(las, features, vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding")))
+    hparams = migrate_hyper_parameters(hparams)  # an older layout read as today's
+    configs = [as_dataclass(cls, hparams.get(key)) for cls, key in ((LASConfig, "las"), (FeatureConfig, "features"))]
+    return LAS(*configs, Vocabulary(hparams["vocabulary"]), as_dataclass(DecodeConfig, hparams.get("decoding")))
