@@ -118,7 +118,7 @@ def _caption(args: list[str]) -> int:
     if not images:
         return 2
     captioning = Captioning.load(
-        ckpt, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights
+        ckpt, options.device, beam_size=options.beam_size, max_length=options.max_length, encoder_weights=options.encoder_weights
     )
     names = output_names(images)  # a/x.png and b/x.png do not overwrite each other
     status = 2 if errors else 0

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shared import Vocabulary
 from shared.io.model_files import export_folder
 from shared.io.outputs import output_names, writable_folder
-from show_attend.model.captioner import Captioner, CaptionerConfig
+from show_attend.model.captioner import build_captioner
 
 _CAPTIONER = {
     "vocabulary": ["a", "red", "blue", "square"],
@@ -66,7 +65,7 @@ def test_caption_overlays_of_two_images_of_one_name_do_not_overwrite_each_other(
     """The captioner names its overlays as the recognizer names its transcript files (tests/test_transcript_outputs.py)."""
     from show_attend.cli import main
 
-    model = Captioner(CaptionerConfig.from_hyper_parameters(_CAPTIONER), Vocabulary(_CAPTIONER["vocabulary"]))
+    model = build_captioner(_CAPTIONER)
     exported = export_folder(tmp_path / "model", "show-attend", model.state_dict(), _CAPTIONER)
 
     paths = []

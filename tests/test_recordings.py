@@ -353,7 +353,7 @@ def test_offset_and_quiet_recordings_give_the_clean_transcript(random_model, tin
     for name, audio in variants.items():
         paths.append(tmp_path / f"{name}.wav")
         sf.write(paths[-1], audio.astype(np.float32), RATE, subtype="FLOAT")
-    transcriber = Transcriber(random_model)
+    transcriber = Transcriber.load(random_model)
     texts = {path.stem: result.text for path, result in zip(paths, transcriber.transcribe_many(paths))}
     assert texts["clean"] and set(texts.values()) == {texts["clean"]}, texts
 
@@ -380,7 +380,7 @@ def test_an_offset_neither_hides_speech_nor_its_pauses(random_model, tiny_synth,
     paths = [tmp_path / "plain.wav", tmp_path / "offset.wav"]
     sf.write(paths[0], joined.astype(np.float32), RATE, subtype="FLOAT")
     sf.write(paths[1], (0.5 * joined + 0.3).astype(np.float32), RATE, subtype="FLOAT")
-    transcriber = Transcriber(random_model, max_chunk_seconds=len(speech) / RATE + 0.5)
+    transcriber = Transcriber.load(random_model, max_chunk_seconds=len(speech) / RATE + 0.5)
     plain, offset = transcriber.transcribe_many(paths)
     assert plain.chunks >= 3 and offset.chunks == plain.chunks  # cut at the same pauses
     assert [seg.start for seg in offset.segments] == [seg.start for seg in plain.segments]

@@ -8,7 +8,7 @@ batches and joined into one :class:`Transcript` per file, with segment and word 
 
 :class:`Transcriber` is the Python interface, read as ``show_attend``'s :class:`Captioning` is::
 
-    transcriber = Transcriber.load(device="cpu")  # the shipped model; or Transcriber.load("models/mine")
+    transcriber = Transcriber.load(device="cpu")  # the shipped model; or Transcriber.load("models/mine", beam_size=8)
     [result] = transcriber.transcribe(["talk.wav"])  # one Transcript per path, in order
     print(result.text, result.segments[0].words)
 """
@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import overload
 
 import torch
 
 from shared import Hypothesis
+from shared.io.config import with_settings
 from shared.io.devices import check_device
 from shared.io.model_files import CheckpointError, export_folder, load_model_files
 from speech_attend.data.audio import load_audio
@@ -33,6 +34,7 @@ from speech_attend.infer.pauses import NO_SIGNAL_DBFS, QUIET_DBFS, chunk_audio
 from speech_attend.infer.timing import Segment, chunk_segment, no_speech_segment
 from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
 from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
+from speech_attend.model.migrations import migrate_hyper_parameters
 
 __all__ = [
     "Transcriber",
@@ -89,89 +91,98 @@ class Transcript:
 
 
 class Transcriber:
-    """Loads a model once and transcribes files with it.
+    """A trained recognizer, transcribing audio files: the Python face of ``speech-attend
+    transcribe``, as :class:`show_attend.infer.caption.Captioning` is of ``show-attend caption``.
+    ``Transcriber.load(path, device=..., beam_size=...)`` loads one; this holds a loaded
+    :class:`~speech_attend.model.las.LAS`, the language model fused into its beam, and the decoding
+    settings it transcribes with (the model's, less those replaced).
 
     Args:
-        path (str or PathLike): a Lightning ``.ckpt`` or a folder written by ``export``.
-        beam_size (int or None, optional): overrides the saved beam size.
-        max_chunk_seconds (float or None, optional): longest piece decoded at once; by default
-            the longest training utterance saved with the model (15 s if unknown).
-        device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
+        model (LAS): a trained recognizer (:func:`load_recognizer`). A model file or folder is read
+            as :meth:`load` reads it (the older form of this call, with ``load``'s arguments).
+        lm (CharLM or None, optional): a language model over the model's characters, fused with
+            ``lm_weight``. (Default: ``None``)
         trim (bool, optional): trim the quiet edges of every chunk before decoding. (Default: ``True``)
-        lm (str, PathLike or None, optional): a folder with a language model (``fit-lm --out``)
-            fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
-        lm_weight (float or None, optional): its weight, in [0, 2]; by default the saved one.
-        length_bonus (float or None, optional): added per character; by default the saved one.
-        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, in
-            [0, 1]; by default the saved one.
+        **decoding: settings that replace the model's :class:`DecodeConfig` (``beam_size``,
+            ``ctc_weight``, ``lm_weight``, ``length_bonus``, ``max_chunk_seconds``: the longest piece
+            decoded at once, by default the longest training utterance, 15 s if unknown; ...);
+            ``None`` keeps the model's.
+
+    Raises:
+        ValueError: a setting out of range, one the decoding settings do not have, or a language
+            model weight without a language model.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        beam_size: int | None = None,
-        max_chunk_seconds: float | None = None,
-        device: str | torch.device = "cpu",
-        trim: bool = True,
-        lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None,
-        length_bonus: float | None = None,
-        ctc_weight: float | None = None,
-    ):
-        check_device(device)  # the settings before the model loads
-        self.check_settings(beam_size, max_chunk_seconds, ctc_weight)
-        self.model = load_recognizer(path, device)
-        self.vocabulary, self.decoding = self.model.vocabulary, self.model.decoding
-        self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
-        self.decoding, _ = _with_settings(self.decoding, beam_size=beam_size, ctc_weight=ctc_weight)
-        saved = self.decoding.max_chunk_seconds
-        self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
-        self.device, self.trim = device, trim
+    def __init__(self, model: LAS, lm: CharLM | None = None, trim: bool = True, **decoding):
+        if isinstance(model, (str, os.PathLike)):  # Transcriber(path, ...): as Transcriber.load(path, ...)
+            self.__dict__.update(type(self).load(model, lm=lm, trim=trim, **decoding).__dict__)
+            return
+        self.check_settings(**decoding)
+        self.model, self.vocabulary, self.lm, self.trim = model, model.vocabulary, lm, trim
+        self.decoding = with_settings(model.decoding, **decoding)
+        if self.decoding.lm_weight > 0 and lm is None:
+            raise ValueError(f"--lm-weight {self.decoding.lm_weight:g} needs a language model (lm)")
 
     @classmethod
     def load(
         cls,
         path: str | os.PathLike | None = None,
         device: str | torch.device = "cpu",
-        beam_size: int | None = None,
-        max_chunk_seconds: float | None = None,
-        trim: bool = True,
         lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None,
-        length_bonus: float | None = None,
-        ctc_weight: float | None = None,
+        trim: bool = True,
+        **decoding,
     ) -> Transcriber:
-        """Load a model from a ``.ckpt`` file or an exported folder; ``None``: the shipped model.
+        """Load a model from a ``.ckpt`` file or an exported folder (``None``: the shipped model).
 
-        The same as ``Transcriber(path, ...)``, read as ``show_attend``'s ``Captioning.load``.
+        Args:
+            path (str, PathLike or None): the model; ``None`` for :func:`shipped_model`. (Default: ``None``)
+            device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
+            lm (str, PathLike or None, optional): a folder with a language model (``fit-lm --out``)
+                fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
+            trim, **decoding: as for :class:`Transcriber`.
 
         Raises:
             ValueError: a device this machine lacks, or a setting out of range (before anything loads).
-            CheckpointError: the model cannot be loaded.
+            CheckpointError: the model or its language model cannot be loaded.
         """
-        return cls(
-            shipped_model() if path is None else path,
-            beam_size,
-            max_chunk_seconds,
-            device,
-            trim,
-            lm,
-            lm_weight,
-            length_bonus,
-            ctc_weight,
-        )
+        check_device(device)  # the settings before the model loads
+        cls.check_settings(**decoding)
+        path = shipped_model() if path is None else path
+        model = load_recognizer(path, device)
+        language_model = _language_model(path, model.vocabulary, with_settings(model.decoding, **decoding), lm, device)
+        return cls(model, language_model, trim, **decoding)
 
     @staticmethod
     def check_settings(
-        beam_size: int | None = None, max_chunk_seconds: float | None = None, ctc_weight: float | None = None
+        beam_size: int | None = None,
+        max_chunk_seconds: float | None = None,
+        ctc_weight: float | None = None,
+        lm_weight: float | None = None,
+        length_bonus: float | None = None,
+        **others,
     ) -> None:
-        """Raises ValueError naming the first setting out of range (as its command-line option)."""
+        """Raises ValueError naming the first setting out of range (as its command-line option);
+        ``others`` are checked by :class:`DecodeConfig` itself."""
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
         if ctc_weight is not None and not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"--ctc-weight must be in [0, 1] (the CTC head's share of the rescoring score), got {ctc_weight:g}")
         if max_chunk_seconds is not None and not max_chunk_seconds > 0:
             raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
+        if lm_weight is not None and not 0.0 <= lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
+            raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {lm_weight:g}")
+        if length_bonus is not None and not math.isfinite(length_bonus):
+            raise ValueError(f"--length-bonus must be a finite number, got {length_bonus:g}")
+        with_settings(DecodeConfig(), **others)
+
+    @property
+    def max_chunk_seconds(self) -> float:
+        """The longest piece decoded at once: the decoding settings', else 15 s."""
+        return self.decoding.max_chunk_seconds or _DEFAULT_MAX_CHUNK_SECONDS
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     @property
     def sample_rate(self) -> int:
@@ -403,35 +414,15 @@ def _first_problem(err: RuntimeError) -> str:
     return next((line for line in lines[1:] if line), lines[0] if lines else "unreadable weights")
 
 
-def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bool]:
-    """``decoding`` with the given settings that are not ``None``, and whether any was given."""
-    chosen = {name: value for name, value in settings.items() if value is not None}
-    return replace(decoding, **chosen), bool(chosen)
-
-
 def _language_model(
-    path: str | os.PathLike,
-    vocabulary,
-    decoding: DecodeConfig,
-    lm: str | os.PathLike | None,
-    lm_weight: float | None,
-    length_bonus: float | None,
-    device: str | torch.device,
-) -> tuple[CharLM | None, DecodeConfig]:
-    """The language model to fuse (``lm``, else the model folder's own) and the decoding settings
-    with ``lm_weight`` and ``length_bonus`` (else the saved ones).
+    path: str | os.PathLike, vocabulary, decoding: DecodeConfig, lm: str | os.PathLike | None, device: str | torch.device
+) -> CharLM | None:
+    """The language model to fuse with ``decoding.lm_weight``: ``lm``, else the model folder's own, if any.
 
     Raises:
-        ValueError: ``lm_weight`` outside [0, 2], not finite settings, or a weight over 0 without
-            a language model. CheckpointError: the language model's files are unreadable, or
-            over other characters than the recognizer's.
+        ValueError: a weight over 0 without a language model. CheckpointError: the language
+            model's files are unreadable, or over other characters than the recognizer's.
     """
-    changes = {k: v for k, v in (("lm_weight", lm_weight), ("length_bonus", length_bonus)) if v is not None}
-    decoding = replace(decoding, **changes)
-    if not 0.0 <= decoding.lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
-        raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {decoding.lm_weight:g}")
-    if not math.isfinite(decoding.length_bonus):
-        raise ValueError(f"--length-bonus must be a finite number, got {decoding.length_bonus:g}")
     folder = lm if lm is not None else path if has_lm(path) else None
     if folder is None:
         if decoding.lm_weight > 0:
@@ -439,9 +430,9 @@ def _language_model(
                 f"--lm-weight {decoding.lm_weight:g} needs a language model, and {path} holds none: "
                 "pass --lm DIR (from speech-attend fit-lm) or a model exported with --lm"
             )
-        return None, decoding
+        return None
     model, _ = load_lm(folder, vocabulary)
-    return model.to(device), decoding
+    return model.to(device)
 
 
 # ----------------------------------------------------------------------------- exporting a model
@@ -478,20 +469,21 @@ def export_model(
         CheckpointError: unreadable files, or a language model over other characters.
         ValueError: ``lm_weight`` outside [0, 2], ``beam_size`` under 1, or ``ctc_weight`` outside [0, 1].
     """
-    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight)
+    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight, lm_weight=lm_weight, length_bonus=length_bonus)
     model = load_recognizer(ckpt)
-    vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
     if lm is None and has_lm(ckpt):
         lm = ckpt
     elif lm is not None and lm_weight is None:
         lm_weight = DEFAULT_LM_WEIGHT
-    language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
-    decoding, changed = _with_settings(decoding, beam_size=beam_size, ctc_weight=ctc_weight)
-    if language_model is not None or changed:
-        hparams = {**hparams, "decoding": asdict(decoding)}
+    decoding = with_settings(
+        model.decoding, lm_weight=lm_weight, length_bonus=length_bonus, beam_size=beam_size, ctc_weight=ctc_weight
+    )
+    language_model = _language_model(ckpt, model.vocabulary, decoding, lm, "cpu")
+    hparams = migrate_hyper_parameters(load_model_files(ckpt, APP).hyper_parameters)  # an export is written in the current layout
+    hparams["decoding"] = asdict(decoding)
     state = {name: t.half() if half and t.is_floating_point() else t for name, t in model.state_dict().items()}
     out = export_folder(out_dir, APP, state, hparams)
     if language_model is not None:
         record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
-        save_lm(out, language_model, vocabulary, record)
+        save_lm(out, language_model, model.vocabulary, record)
     return out

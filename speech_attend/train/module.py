@@ -86,6 +86,7 @@ class RecognizerModule(AttendModule):
 
     app = "speech-attend"
     output_field, output_noun = "text", "transcripts"  # what the collapse measures read and name
+    migrate_hyper_parameters = staticmethod(migrate_hyper_parameters)  # an older checkpoint's, for --ckpt_path
 
     def __init__(
         self,
