@@ -126,117 +126,6 @@ def _finite(score: float) -> float | None:
     return score if math.isfinite(score) else None  # JSON has no NaN
 
 
-def shipped_model() -> Path:
-    """The shipped captioner's folder (what ``caption`` uses without ``--ckpt``).
-
-    Raises:
-        CheckpointError: none ships (this project ships a recognizer only, ``models/speech_attend``).
-    """
-    if not (SHIPPED_MODEL / "model.safetensors").is_file():
-        raise CheckpointError(
-            f"no captioner ships with the code ({SHIPPED_MODEL} is not there): give --ckpt, a .ckpt from "
-            "`show-attend fit` or a folder from `show-attend export`"
-        )
-    return SHIPPED_MODEL
-
-
-def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
-    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder, with its
-    ``vocabulary`` and ``decoding`` settings.
-
-    Args:
-        path (str or Path): the model file or folder.
-        device (str or torch.device, optional): where the model runs. (Default: ``"cpu"``)
-        encoder_weights (str or None, optional): the encoder's pretrained weights file, for a
-            model that leaves them out; by default where training found them.
-
-    Raises:
-        CheckpointError: unreadable, unsafe, another app's, or whose encoder weights cannot be restored.
-    """
-    files = load_model_files(path, APP)  # CheckpointError names the file
-    hparams = files.hyper_parameters
-    if not hparams.get("vocabulary"):
-        raise CheckpointError(f"{path}: not a show-attend model (no vocabulary in its config)")
-    try:
-        encoder = as_dataclass(EncoderConfig, hparams.get("encoder"))
-        if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
-            encoder = replace(encoder, pretrained=False, weights_path=None)
-        elif encoder_weights is not None:
-            encoder = replace(encoder, weights_path=encoder_weights)
-        model = build_captioner({**hparams, "encoder": asdict(encoder)})
-    except EncoderWeightsError:  # it says how to give the weights
-        raise
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
-    state_dict = dict(files.state_dict)
-    if files.omitted is not None:
-        restore_omitted_weights(state_dict, files.omitted, model.encoder, str(path))
-    try:
-        model.load_state_dict(state_dict)
-    except RuntimeError as err:
-        raise CheckpointError(
-            f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})"
-        ) from None
-    return model.to(device).eval()
-
-
-@torch.no_grad()
-def caption_files(
-    model: Captioner,
-    paths: Sequence[str | Path],
-    decoding: DecodeConfig | None = None,
-    batch_size: int = 16,
-    nbest: int = 1,
-) -> Iterator[CaptionResult | ImageError]:
-    """Caption image files with batched beam search, in order, a batch at a time.
-
-    Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
-    the file could not be read (the other files are captioned all the same). Only one batch of
-    images is in memory at a time. With ``nbest`` > 1 each result also holds the beam's next
-    ``nbest - 1`` captions (``others``); the best is the same either way.
-
-    Args:
-        model (Captioner): a trained captioner.
-        paths (list of paths): image files.
-        decoding (DecodeConfig or None, optional): search settings; ``None``: the model's own.
-        batch_size (int, optional): images decoded together. (Default: ``16``)
-        nbest (int, optional): captions kept per image. (Default: ``1``)
-    """
-    transform = image_transform(model.config.image_size)
-    device = next(model.parameters()).device
-    for start in range(0, len(paths), batch_size):
-        chunk = list(paths[start : start + batch_size])
-        loaded: dict[int, torch.Tensor | ImageError] = {}
-        for i, path in enumerate(chunk):
-            try:
-                loaded[i] = transform(load_image(path))
-            except ImageError as err:
-                loaded[i] = err
-        good = [i for i, item in loaded.items() if isinstance(item, torch.Tensor)]
-        captions: dict[int, CaptionResult] = {}
-        if good:
-            batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
-            for i, hyps in zip(good, model.search_nbest(model.encode(batch), nbest, decoding)):
-                best, *others = [_beam(model, hyp) for hyp in hyps]
-                captions[i] = CaptionResult(Path(chunk[i]), best.tokens, best.attention, best.score, others)
-        for i in range(len(chunk)):
-            yield captions.get(i, loaded[i])
-
-
-def _beam(model: Captioner, hyp: Hypothesis) -> Beam:
-    attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
-    return Beam(model.vocabulary.decode(hyp.tokens), attention, hyp.normalized_score)
-
-
-def caption_images(model: Captioner, paths: Sequence[str | Path], batch_size: int = 16, **decoding) -> list[CaptionResult]:
-    """Caption image files; :func:`caption_files` as a list (:meth:`Captioning.caption`).
-
-    Raises:
-        ImageError: an image is missing or unreadable.
-    """
-    return Captioning(model, batch_size, **decoding).caption(list(paths))
-
-
 class Captioning:
     """A trained captioner, captioning image files with its beam search: the Python face of
     ``show-attend caption``, as :class:`speech_attend.infer.transcribe.Transcriber` is of
@@ -333,6 +222,63 @@ class Captioning:
         return caption_files(self.model, list(paths), self.decoding, self.batch_size, nbest)
 
 
+@torch.no_grad()
+def caption_files(
+    model: Captioner,
+    paths: Sequence[str | Path],
+    decoding: DecodeConfig | None = None,
+    batch_size: int = 16,
+    nbest: int = 1,
+) -> Iterator[CaptionResult | ImageError]:
+    """Caption image files with batched beam search, in order, a batch at a time.
+
+    Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
+    the file could not be read (the other files are captioned all the same). Only one batch of
+    images is in memory at a time. With ``nbest`` > 1 each result also holds the beam's next
+    ``nbest - 1`` captions (``others``); the best is the same either way.
+
+    Args:
+        model (Captioner): a trained captioner.
+        paths (list of paths): image files.
+        decoding (DecodeConfig or None, optional): search settings; ``None``: the model's own.
+        batch_size (int, optional): images decoded together. (Default: ``16``)
+        nbest (int, optional): captions kept per image. (Default: ``1``)
+    """
+    transform = image_transform(model.config.image_size)
+    device = next(model.parameters()).device
+    for start in range(0, len(paths), batch_size):
+        chunk = list(paths[start : start + batch_size])
+        loaded: dict[int, torch.Tensor | ImageError] = {}
+        for i, path in enumerate(chunk):
+            try:
+                loaded[i] = transform(load_image(path))
+            except ImageError as err:
+                loaded[i] = err
+        good = [i for i, item in loaded.items() if isinstance(item, torch.Tensor)]
+        captions: dict[int, CaptionResult] = {}
+        if good:
+            batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
+            for i, hyps in zip(good, model.search_nbest(model.encode(batch), nbest, decoding)):
+                best, *others = [_beam(model, hyp) for hyp in hyps]
+                captions[i] = CaptionResult(Path(chunk[i]), best.tokens, best.attention, best.score, others)
+        for i in range(len(chunk)):
+            yield captions.get(i, loaded[i])
+
+
+def _beam(model: Captioner, hyp: Hypothesis) -> Beam:
+    attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
+    return Beam(model.vocabulary.decode(hyp.tokens), attention, hyp.normalized_score)
+
+
+def caption_images(model: Captioner, paths: Sequence[str | Path], batch_size: int = 16, **decoding) -> list[CaptionResult]:
+    """Caption image files; :func:`caption_files` as a list (:meth:`Captioning.caption`).
+
+    Raises:
+        ImageError: an image is missing or unreadable.
+    """
+    return Captioning(model, batch_size, **decoding).caption(list(paths))
+
+
 def save_overlay(result: CaptionResult, path: str | Path) -> Path:
     """The image under its caption, then one attention panel per word, as one PNG."""
     from shared.evaluation.plots import save_caption_grid
@@ -342,6 +288,66 @@ def save_overlay(result: CaptionResult, path: str | Path) -> Path:
     if scale < 1:
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
     return save_caption_grid(np.asarray(image), result.tokens, result.attention, path)
+
+
+# ----------------------------------------------------------------------------- loading a model
+
+
+def shipped_model() -> Path:
+    """The shipped captioner's folder (what ``caption`` uses without ``--ckpt``).
+
+    Raises:
+        CheckpointError: none ships (this project ships a recognizer only, ``models/speech_attend``).
+    """
+    if not (SHIPPED_MODEL / "model.safetensors").is_file():
+        raise CheckpointError(
+            f"no captioner ships with the code ({SHIPPED_MODEL} is not there): give --ckpt, a .ckpt from "
+            "`show-attend fit` or a folder from `show-attend export`"
+        )
+    return SHIPPED_MODEL
+
+
+def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
+    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder, with its
+    ``vocabulary`` and ``decoding`` settings.
+
+    Args:
+        path (str or Path): the model file or folder.
+        device (str or torch.device, optional): where the model runs. (Default: ``"cpu"``)
+        encoder_weights (str or None, optional): the encoder's pretrained weights file, for a
+            model that leaves them out; by default where training found them.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, another app's, or whose encoder weights cannot be restored.
+    """
+    files = load_model_files(path, APP)  # CheckpointError names the file
+    hparams = files.hyper_parameters
+    if not hparams.get("vocabulary"):
+        raise CheckpointError(f"{path}: not a show-attend model (no vocabulary in its config)")
+    try:
+        encoder = as_dataclass(EncoderConfig, hparams.get("encoder"))
+        if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
+            encoder = replace(encoder, pretrained=False, weights_path=None)
+        elif encoder_weights is not None:
+            encoder = replace(encoder, weights_path=encoder_weights)
+        model = build_captioner({**hparams, "encoder": asdict(encoder)})
+    except EncoderWeightsError:  # it says how to give the weights
+        raise
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
+    state_dict = dict(files.state_dict)
+    if files.omitted is not None:
+        restore_omitted_weights(state_dict, files.omitted, model.encoder, str(path))
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})"
+        ) from None
+    return model.to(device).eval()
+
+
+# ----------------------------------------------------------------------------- exporting a model
 
 
 def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = False, beam_size: int | None = None) -> Path:

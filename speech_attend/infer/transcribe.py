@@ -48,10 +48,8 @@ __all__ = [
 
 APP = "speech-attend"
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "speech_attend"  # the model this project ships
-
-
-_DEFAULT_MAX_CHUNK_SECONDS = 15.0
-_CHUNKS_PER_BATCH = 16
+_DEFAULT_MAX_CHUNK_SECONDS = 15.0  # the longest piece decoded at once, for a model that saved none
+_CHUNKS_PER_BATCH = 16  # chunks decoded together (of one file or of consecutive ones)
 
 
 @dataclass
