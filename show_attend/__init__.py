@@ -2,7 +2,7 @@
 
 Both apps have the same folders, read in this order (``speech_attend`` names its pieces alike):
 
-* :mod:`show_attend.model` - the network: the CNN encoder, the attention decoder, the captioner.
+* :mod:`show_attend.model` - the network: the CNN encoder, the attention decoder, the captioner, older files' migrations.
 * :mod:`show_attend.data` - images and captions: readers, images, dataset, batches, the feature cache.
 * :mod:`show_attend.evaluate` - measuring captions: BLEU, ROUGE-L, CIDEr-D, METEOR.
 * :mod:`show_attend.train` - Lightning: the loss and optimiser (module), the data module, pointing accuracy.

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from shared.io.commands import expand_folders, run_app
 from shared.io.devices import check_device
+from shared.io.outputs import output_names, writable_folder
 
 __all__ = ["main"]  # CaptionCLI and EncoderToFeatureCache: show_attend.train.cli
 
@@ -110,7 +111,7 @@ def _caption(args: list[str]) -> int:
     Captioning.check_settings(options.beam_size, options.max_length)
     for option, folder in (("--overlay-dir", options.overlay_dir), ("--html", options.html)):
         if folder is not None:
-            _writable_folder(folder, option)
+            writable_folder(folder, option)
     ckpt = options.ckpt or shipped_model()  # none ships today: a one-line error that says so
     images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
     for error in errors:
@@ -118,9 +119,9 @@ def _caption(args: list[str]) -> int:
     if not images:
         return 2
     captioning = Captioning.load(
-        ckpt, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights
+        ckpt, options.device, beam_size=options.beam_size, max_length=options.max_length, encoder_weights=options.encoder_weights
     )
-    used: set[str] = set()
+    names = output_names(images)  # a/x.png and b/x.png do not overwrite each other
     status = 2 if errors else 0
     captioned = []  # for the page
     nbest = captioning.beam_size if options.html or options.json else 1  # the page and --json show every beam
@@ -133,7 +134,7 @@ def _caption(args: list[str]) -> int:
         disable=options.json or not sys.stderr.isatty() or len(images) < 2,
     ) as bar:
         say = bar.write if not bar.disable else print  # bar.write keeps the bar below the lines
-        for result in captioning.caption_many(images, nbest):
+        for name, result in zip(names, captioning.caption_many(images, nbest)):
             bar.update()
             if isinstance(result, Exception):  # one bad file does not stop the others
                 say(f"{PROG}: error: {str(result).splitlines()[0]}", file=sys.stderr)
@@ -141,10 +142,6 @@ def _caption(args: list[str]) -> int:
                 continue
             overlay = None
             if options.overlay_dir:
-                name = result.image.stem
-                while name in used:  # same file name from two folders: keep both
-                    name += "_"
-                used.add(name)
                 overlay = str(save_overlay(result, Path(options.overlay_dir) / f"{name}.png"))
             if options.html:
                 captioned.append(result)
@@ -187,7 +184,11 @@ def _evaluate(args: list[str]) -> int:
     from show_attend.infer.caption import Captioning
 
     captioning = Captioning.load(
-        options.model, options.device, options.beam_size, options.max_length, encoder_weights=options.encoder_weights
+        options.model,
+        options.device,
+        encoder_weights=options.encoder_weights,
+        beam_size=options.beam_size,
+        max_length=options.max_length,
     )
     results = {"model": str(options.model), **evaluate(captioning, options.data, options.split, meteor=not options.no_meteor)}
     text = json.dumps(results, indent=1)
@@ -198,23 +199,6 @@ def _evaluate(args: list[str]) -> int:
         if options.json:
             Path(options.json).write_text(text + "\n")
     return 0
-
-
-def _writable_folder(path: str, option: str) -> None:
-    """Make the output folder ``path`` and check a file can be written in it.
-
-    Raises:
-        ValueError: one line naming ``option``, the folder and why it cannot be written.
-    """
-    folder = Path(path)
-    probe = folder / ".show-attend-write-test"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        reason = err.strerror.lower() if err.strerror else type(err).__name__
-        raise ValueError(f"{option} {folder}: not a folder that can be written ({reason})") from None
 
 
 def _explain(args: list[str]) -> int:
@@ -239,15 +223,13 @@ def _explain(args: list[str]) -> int:
     from show_attend.infer.caption import load_captioner
     from show_attend.infer.explain import explain_files, save_explanation
 
+    out = writable_folder(options.out, "--out")  # before the model loads
     model = load_captioner(options.ckpt, options.device)
     images, errors = expand_folders(options.images, IMAGE_SUFFIXES, "image")
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-    out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
-    status = write_explanations(
-        explain_files(model, images, options.beam_size, options.pixels), out, save_explanation, PROG, "cells", "words"
-    )
+    explained = explain_files(model, images, options.beam_size, options.pixels)
+    status = write_explanations(explained, out, save_explanation, PROG, "cells", "words", output_names(images))
     return 2 if errors else status
 
 

@@ -2,11 +2,11 @@
 
 Both apps have the same folders, read in this order (``show_attend`` names its pieces alike):
 
-* :mod:`speech_attend.model` - the network: front end, listener, speller, the LAS model, its language model.
+* :mod:`speech_attend.model` - the network: front end, listener, speller, the LAS model, its language model, older files' migrations.
 * :mod:`speech_attend.data` - audio and transcripts: readers, normalisation, dataset, batches, training conditions.
 * :mod:`speech_attend.evaluate` - measuring transcripts: WER, CER, the interval of a WER ratio.
 * :mod:`speech_attend.train` - Lightning: the loss and optimiser (module), the data module, fitting the language model.
-* :mod:`speech_attend.infer` - using a trained model: transcribe files, timings, subtitles, explain.
+* :mod:`speech_attend.infer` - using a trained model: transcribe files, cut at their pauses, timings, subtitles, explain.
 * :mod:`speech_attend.builtin` - the built-in world: sentences spoken by speech synthesisers.
 * :mod:`speech_attend.cli` - the ``speech-attend`` command.
 

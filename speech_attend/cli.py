@@ -196,7 +196,7 @@ def _evaluate(argv: list[str]) -> int:
     if on_groups and args.devsets is None:
         raise ValueError("--devsets DIR is needed to score groups (only timing and non-speech run without)")
     groups = choose_groups(Path(args.devsets), args.groups) if on_groups else []
-    transcriber = Transcriber(
+    transcriber = Transcriber.load(
         args.model,
         beam_size=args.beam_size,
         max_chunk_seconds=args.max_chunk_seconds,
@@ -314,7 +314,8 @@ def _transcribe(argv: list[str]) -> int:
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     args = parser.parse_args(argv)
-    from speech_attend.infer.subtitles import check_output_dir, output_names, parse_formats, render, write_outputs
+    from shared.io.outputs import output_names, writable_folder
+    from speech_attend.infer.subtitles import parse_formats, render, write_outputs
     from speech_attend.infer.transcribe import Transcriber
 
     check_device(args.device)  # every setting before the model loads and anything is decoded
@@ -324,8 +325,10 @@ def _transcribe(argv: list[str]) -> int:
         if args.output_format
         else (["txt", "json", "srt", "vtt", "tsv"] if args.output_dir else [])
     )
+    for option, folder in (("--output-dir", args.output_dir), ("--alignment-dir", args.alignment_dir)):
+        if folder:
+            writable_folder(folder, option)  # before any decoding
     if args.output_dir:
-        check_output_dir(args.output_dir)  # before any decoding
         stdout_format = "json" if args.json else "txt"
     elif len(formats) > 1:
         raise ValueError(f"--output-format {args.output_format}: several formats are written to files; give --output-dir DIR")
@@ -371,7 +374,7 @@ def _transcribe(argv: list[str]) -> int:
         for warning in result.warnings:
             say(f"{PROG}: warning: {warning}", file=sys.stderr)
         if args.alignment_dir:
-            transcriber.save_alignment(result, args.alignment_dir)
+            transcriber.save_alignment(result, args.alignment_dir, name)
         if args.output_dir:
             write_outputs(result, args.output_dir, name, formats)
         if stdout_format == "txt":
@@ -408,16 +411,17 @@ def _explain(argv: list[str]) -> int:
     if args.span < 1:
         raise ValueError(f"--span must be >= 1, got {args.span}")
     from shared.evaluation.faithfulness import write_explanations
+    from shared.io.outputs import output_names, writable_folder
     from speech_attend.infer.explain import explain_files, save_explanation
     from speech_attend.infer.transcribe import load_recognizer
 
+    out = writable_folder(args.out, "--out")  # before the model loads
     model = load_recognizer(args.ckpt)
     files, errors = expand_folders(args.audio, AUDIO_SUFFIXES, "audio")
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    status = write_explanations(explain_files(model, files, args.span), out, save_explanation, PROG, "spans", "characters")
+    explained = explain_files(model, files, args.span)
+    status = write_explanations(explained, out, save_explanation, PROG, "spans", "characters", output_names(files))
     return 2 if errors else status
 
 

@@ -73,8 +73,7 @@ CAPTION_MODEL = {
     "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
     "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
     "optimizer": {"lr": 0.003},
-    "beam_size": 2,
-    "max_decode_length": 8,
+    "decoding": {"beam_size": 2, "max_length": 8},
 }
 
 
@@ -825,7 +824,7 @@ def test_only_chunks_with_sound_are_decoded(speech_run, tiny_synth, tmp_path):
     quiet_room = np.random.default_rng(0).normal(0, 10 ** (-65 / 20), 20 * rate)  # -65 dBFS of noise
     path = tmp_path / "speech_then_silence.flac"
     sf.write(path, np.concatenate([speech, quiet_room]), rate)
-    transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=4)
+    transcriber = Transcriber.load(speech_run["ckpt"], max_chunk_seconds=4)
     decoded, decode = [], transcriber.model.decode
     transcriber.model.decode = lambda waves, lengths, *args, **kwargs: (
         decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
@@ -841,7 +840,7 @@ def test_leading_silence_is_trimmed_and_the_alignment_keeps_audio_time(speech_ru
     speech, rate = sf.read(sorted((tiny_synth / "test").rglob("*.flac"))[0])
     path = tmp_path / "silence_then_speech.flac"
     sf.write(path, np.concatenate([np.zeros(rate), speech]), rate)  # 1 s of silence first
-    transcriber = Transcriber(speech_run["ckpt"], max_chunk_seconds=60)
+    transcriber = Transcriber.load(speech_run["ckpt"], max_chunk_seconds=60)
     decoded, decode = [], transcriber.model.decode
     transcriber.model.decode = lambda waves, lengths, *args, **kwargs: (
         decoded.extend(lengths.tolist()) or decode(waves, lengths, *args, **kwargs)
@@ -861,7 +860,7 @@ def test_files_decoded_together_give_what_each_gives_alone_and_errors_keep_their
     bad = tmp_path / "bad.wav"
     bad.write_text("not audio")
     paths = [good[0], good[1], str(bad), *good[2:]]
-    transcriber = Transcriber(speech_run["ckpt"])
+    transcriber = Transcriber.load(speech_run["ckpt"])
     alone = {path: transcriber.transcribe(path).text for path in good}
     calls, decode = [], transcriber.model.decode
     transcriber.model.decode = lambda waves, *args, **kwargs: calls.append(waves.size(0)) or decode(waves, *args, **kwargs)

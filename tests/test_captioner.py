@@ -50,8 +50,7 @@ model:
   encoder: {json.dumps(TINY_MODEL["encoder"])}
   decoder: {json.dumps(TINY_MODEL["decoder"])}
   optimizer: {{lr: 0.003}}
-  beam_size: 2
-  max_decode_length: 12
+  decoding: {{beam_size: 2, max_length: 12}}
 data:
   data_dir: {data_dir}
   image_size: 32
@@ -74,7 +73,7 @@ def caption_trained(tiny_shapes, tmp_path_factory) -> Path:
 def _tiny_captioner(vocabulary: list[str], attention: str = "soft") -> CaptionerModule:
     decoder = {**TINY_MODEL["decoder"], "attention": attention}
     return CaptionerModule(
-        vocabulary, encoder=TINY_MODEL["encoder"], decoder=decoder, image_size=32, beam_size=3, max_decode_length=10
+        vocabulary, encoder=TINY_MODEL["encoder"], decoder=decoder, image_size=32, decoding={"beam_size": 3, "max_length": 10}
     )
 
 
@@ -271,9 +270,9 @@ def test_beam_search_with_one_beam_equals_greedy_decoding(tiny_shapes):
         features = model.encode(_batch(datamodule, 6)["images"])
         memory, state = model.decoder.start(features)
         greedy = greedy_search(
-            lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10, max_repeats=model.config.max_repeats
+            lambda t, s: model.decoder.step(t, s, memory), state, 6, 1, 2, 10, max_repeats=model.decoding.max_repeats
         )
-    beam = model.generate(features, beam_size=1, max_length=10)
+    beam = model.search(features, beam_size=1)
     assert [h.tokens for h in beam] == greedy
     assert all(h.attention.shape == (len(h.tokens), 16) for h in beam)
 
@@ -291,10 +290,10 @@ def test_a_caption_that_never_ends_has_exactly_max_length_words(tiny_shapes, tmp
     images = [str(p) for p in sorted((tiny_shapes / "images").glob("*.png"))[:2]]
     assert main(["caption", "--ckpt", str(tmp_path / "model"), "--max-length", str(max_length), "--json", *images]) == 0
     assert [len(json.loads(line)["tokens"]) for line in capsys.readouterr().out.splitlines()] == [max_length] * 2
-    # validation and test: the model's max_decode_length
-    model.config = replace(model.config, max_decode_length=max_length)
+    # validation and test: the model's decoding.max_length
+    model.decoding = replace(model.decoding, max_length=max_length)
     with torch.no_grad():
-        captions = model.generate(model.encode(_batch(datamodule, 4)["images"]))
+        captions = model.decode(_batch(datamodule, 4)["images"])
     assert [len(h.tokens) for h in captions] == [max_length] * 4
     assert all(h.finished and h.attention.shape == (max_length, 16) for h in captions)
 
@@ -506,8 +505,7 @@ def test_frozen_encoder_features_are_cached_once_and_used_for_training(tiny_shap
         encoder={"backbone": "vgg16", "pretrained": False, "grid_size": 2},
         decoder=TINY_MODEL["decoder"],
         image_size=32,
-        beam_size=1,
-        max_decode_length=5,
+        decoding={"beam_size": 1, "max_length": 5},
     )
     trainer = pl.Trainer(
         max_steps=2,

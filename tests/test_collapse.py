@@ -3,7 +3,7 @@ the same output for every input or loops, and decoding stops a hypothesis that r
 
 import json
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader
 from shared import Vocabulary, beam_search, greedy_search
 from shared.evaluation.collapse import MIN_OUTPUTS, collapse_warning, is_looping, output_collapse
 from shared.training.module import AttendModule
-from show_attend.model.captioner import Captioner, CaptionerConfig
+from show_attend.model.captioner import Captioner, CaptionerConfig, build_captioner
+from show_attend.model.captioner import DecodeConfig as CaptionDecodeConfig
 from show_attend.model.decoder import DecoderConfig
 from show_attend.model.encoder import EncoderConfig
 from speech_attend.model.las import DecodeConfig, build_recognizer
@@ -201,14 +202,15 @@ def test_max_repeats_below_two_is_refused():
         beam_search(_looping_step, (torch.zeros(1),), 1, 2, SOS, EOS, max_len=5, max_repeats=1)
     with pytest.raises(ValueError, match="decoding.max_repeats"):
         DecodeConfig(max_repeats=1)
-    with pytest.raises(ValueError, match="max_repeats"):
-        CaptionerConfig(max_repeats=0)
+    with pytest.raises(ValueError, match="decoding.max_repeats"):
+        CaptionDecodeConfig(max_repeats=0)
 
 
-def _tiny_captioner(words: list[str], **config) -> Captioner:
+def _tiny_captioner(words: list[str], **decoding) -> Captioner:
     encoder = EncoderConfig(backbone="small", grid_size=4, small_channels=16, channels_last=False)
     decoder = DecoderConfig(embed_dim=16, attention_dim=16, hidden_dim=16)
-    return Captioner(CaptionerConfig(encoder, decoder, image_size=32, **config), Vocabulary(words)).eval()
+    config = CaptionerConfig(encoder, decoder, image_size=32)
+    return Captioner(config, Vocabulary(words), CaptionDecodeConfig(**decoding)).eval()
 
 
 def _favour(step, token: int):
@@ -225,17 +227,17 @@ def _favour(step, token: int):
 
 def test_the_captioner_ends_a_caption_that_repeats_one_word():
     torch.manual_seed(0)
-    model = _tiny_captioner(["a", "big", "red", "circle"], max_decode_length=40)
+    model = _tiny_captioner(["a", "big", "red", "circle"], max_length=40)
     big = model.vocabulary.encode(["big"])[0]
     model.decoder.step = _favour(model.decoder.step, big)
     # Every caption pays for one <eos>, so the empty one ties with "big big big big" on total
     # log-probability; ranked per word, the loop's end wins, as a loop ranks in a real search.
-    model.config = replace(model.config, length_penalty=1.0)
+    model.decoding = replace(model.decoding, length_penalty=1.0)
     features = torch.randn(2, 16, model.encoder.feature_dim)
-    captions = [model.vocabulary.decode(h.tokens) for h in model.generate(features)]
-    assert captions == [["big"] * model.config.max_repeats] * 2  # "big big big big", not 40 words
-    model.config = replace(model.config, max_repeats=None)
-    assert [len(h.tokens) for h in model.generate(features)] == [40, 40]
+    captions = [model.vocabulary.decode(h.tokens) for h in model.search(features)]
+    assert captions == [["big"] * model.decoding.max_repeats] * 2  # "big big big big", not 40 words
+    model.decoding = replace(model.decoding, max_repeats=None)
+    assert [len(h.tokens) for h in model.search(features)] == [40, 40]
 
 
 def test_the_recognizer_ends_a_transcript_that_repeats_one_character():
@@ -271,7 +273,8 @@ def test_configs_saved_before_max_repeats_load_with_the_stop_on():
     saved = {**saved, "decoding": decoding}  # as a recognizer saved before the field
     decoding = build_recognizer(saved).decoding
     assert decoding.max_repeats == DecodeConfig().max_repeats == 6
-    old_caption_config = {k: v for k, v in asdict(CaptionerConfig()).items() if k != "max_repeats"}
-    assert CaptionerConfig.from_hyper_parameters(old_caption_config).max_repeats == 4
+    small = {"encoder": {"backbone": "small", "grid_size": 2, "small_channels": 8}, "decoder": {"hidden_dim": 8}}
+    old_caption_config = {"vocabulary": ["a"], **small, "beam_size": 5, "max_decode_length": 50}  # beside the network
+    assert build_captioner(old_caption_config).decoding.max_repeats == 4
     off = build_recognizer({**saved, "decoding": {**saved["decoding"], "max_repeats": None}}).decoding
     assert off.max_repeats is None  # a saved None keeps the stop off

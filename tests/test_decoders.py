@@ -207,7 +207,8 @@ def test_a_run_saved_before_the_shared_step_resumes_with_the_same_adam_moments()
     from test_text_to_ids import CHARS, TINY
 
     from speech_attend.model.features import FeatureConfig
-    from speech_attend.train.module import RecognizerModule, _optimizer_states_from_lstm_cells
+    from speech_attend.model.migrations import optimizer_states_from_lstm_cells
+    from speech_attend.train.module import RecognizerModule
 
     torch.manual_seed(0)
     module = RecognizerModule(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS)
@@ -245,7 +246,7 @@ def test_a_run_saved_before_the_shared_step_resumes_with_the_same_adam_moments()
             {"state": saved, "param_groups": [dict(today["param_groups"][0], params=list(range(len(saved_names))))]}
         ],
     }
-    _optimizer_states_from_lstm_cells(checkpoint, module)
+    optimizer_states_from_lstm_cells(checkpoint, [name for name, _ in module.named_parameters()])
     restored = checkpoint["optimizer_states"][0]
     assert restored["param_groups"][0]["params"] == list(range(len(names)))
     for i in range(len(names)):

@@ -281,8 +281,7 @@ def test_caption_overlays_that_do_not_fit_are_one_line_naming_the_file_and_exit_
     module = CaptionerModule(
         datamodule.vocabulary_tokens,
         image_size=32,
-        beam_size=2,
-        max_decode_length=5,
+        decoding={"beam_size": 2, "max_length": 5},
         encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
         decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
     )
@@ -331,8 +330,7 @@ def _caption_config(path: Path, data_dir: Path, run_dir: Path, max_steps: int, c
             "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
             "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
             "optimizer": {"lr": 0.003},
-            "beam_size": 2,
-            "max_decode_length": 8,
+            "decoding": {"beam_size": 2, "max_length": 8},
         },
         "data": {"data_dir": str(data_dir), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
     }

@@ -168,8 +168,7 @@ def captioner_ddp(tmp_path_factory) -> dict:
                 "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
                 "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
                 "optimizer": {"lr": 0.003},
-                "beam_size": 2,
-                "max_decode_length": 12,
+                "decoding": {"beam_size": 2, "max_length": 12},
             },
             # one image per evaluation batch: each image is decoded by the same arithmetic on 1 or 2 ranks
             "data": {"data_dir": str(shapes), "image_size": 32, "batch_size": 8, "eval_batch_size": 1, "min_word_freq": 1},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -42,8 +43,7 @@ def trained_captioner(tiny_shapes):
         encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
         decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
         image_size=32,
-        beam_size=2,
-        max_decode_length=12,
+        decoding={"beam_size": 2, "max_length": 12},
         doubly_stochastic=0.0,
     )
     batch = collate([datamodule.dataset("val")[i] for i in range(4)])
@@ -58,7 +58,7 @@ def trained_captioner(tiny_shapes):
 def test_occluding_nothing_changes_nothing_and_occluding_everything_lowers_the_caption(trained_captioner):
     model, batch = trained_captioner
     features = model.encode(batch["images"][:1])  # (1, L, D)
-    tokens = model.generate(features)[0].tokens
+    tokens = model.search(features)[0].tokens
     cells = features.size(1)
     masks = torch.stack([torch.zeros(cells, dtype=torch.bool), torch.ones(cells, dtype=torch.bool)])
     drops = occlusion_drops(model, features, tokens, masks)  # (2, T)
@@ -75,7 +75,11 @@ def test_occluding_nothing_changes_nothing_and_occluding_everything_lowers_the_c
 @pytest.mark.parametrize("pixels", [False, True])
 def test_explain_command_writes_a_png_and_a_line_per_word(trained_captioner, tiny_shapes, tmp_path, capsys, pixels):
     model, _ = trained_captioner
-    module_hparams = {"vocabulary": model.vocabulary.to_dict()["tokens"], **model.config.to_dict()}
+    module_hparams = {
+        "vocabulary": model.vocabulary.to_dict()["tokens"],
+        **model.config.to_dict(),
+        "decoding": asdict(model.decoding),
+    }
     export_folder(tmp_path / "model", "show-attend", model.state_dict(), module_hparams)
     images = sorted(str(p) for p in (tiny_shapes / "images").glob("*.png"))[:2]
     args = ["explain", "--ckpt", str(tmp_path / "model"), *images, str(tmp_path / "missing.png"), "--out", str(tmp_path / "out")]

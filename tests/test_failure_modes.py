@@ -40,7 +40,7 @@ def test_the_three_examples(tiny_synth, tmp_path):
         encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
         decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8},
         image_size=32,
-        max_decode_length=6,
+        decoding={"max_length": 6},
     )
     export_folder(tmp_path / "captioner", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {
@@ -88,7 +88,7 @@ def test_faithfulness_scores_every_word_of_every_image(tiny_shapes, tmp_path, ca
         encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
         decoder={"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8},
         image_size=32,
-        max_decode_length=6,
+        decoding={"max_length": 6},
     )
     export_folder(tmp_path / "model", "show-attend", captioner.model.state_dict(), dict(captioner.hparams))
     assert (

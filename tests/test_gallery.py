@@ -11,6 +11,7 @@ import io
 import json
 import re
 import shutil
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,7 @@ def fitted(tiny_shapes, tmp_path_factory) -> tuple[Path, list[str]]:
         encoder={"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
         decoder={"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.0},
         image_size=32,
-        beam_size=BEAMS,
-        max_decode_length=12,
+        decoding={"beam_size": BEAMS, "max_length": 12},
         doubly_stochastic=0.0,
     )
     scenes = datamodule.dataset("val")
@@ -48,7 +48,7 @@ def fitted(tiny_shapes, tmp_path_factory) -> tuple[Path, list[str]]:
         module.loss(batch)[0].backward()
         optimizer.step()
     model = module.model.eval()
-    hparams = {"vocabulary": model.vocabulary.to_dict()["tokens"], **model.config.to_dict()}
+    hparams = {"vocabulary": model.vocabulary.to_dict()["tokens"], **model.config.to_dict(), "decoding": asdict(model.decoding)}
     folder = export_folder(tmp_path_factory.mktemp("gallery_model") / "model", "show-attend", model.state_dict(), hparams)
     return folder, [str(record.path) for record in scenes.records[:4]]
 
@@ -318,3 +318,19 @@ def test_captioning_refuses_a_device_the_machine_lacks_before_loading(tmp_path, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="--device cuda: this machine has no CUDA GPU"):
         Captioning.load(tmp_path / "no-such-model", device="cuda")
+
+
+def test_captioning_of_a_loaded_model_decodes_with_its_settings_less_those_replaced(exported_captioner, images):
+    from show_attend import Captioning
+
+    model = load_captioner(exported_captioner)
+    captioning = Captioning(model, max_length=2, beam_size=None)  # None keeps the model's
+    assert captioning.model is model and captioning.decoding == replace(model.decoding, max_length=2)
+    assert [r.tokens for r in captioning.caption(images)] == [
+        r.tokens for r in Captioning.load(exported_captioner, max_length=2).caption(images)
+    ]
+    assert all(len(r.tokens) <= 2 for r in captioning.caption(images))
+    with pytest.raises(ValueError, match="unknown DecodeConfig settings \\['beams'\\]"):
+        Captioning(model, beams=2)
+    with pytest.raises(ValueError, match="--beam-size must be >= 1"):
+        Captioning.load(exported_captioner, beam_size=0)

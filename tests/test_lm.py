@@ -402,7 +402,7 @@ def test_export_with_lm_bundles_it_and_transcribe_uses_it(files, tmp_path, capsy
         == 0
     )
     assert all((out / name).is_file() for name in ("model.safetensors", "config.json", *LM_FILES))
-    transcriber = Transcriber(out)
+    transcriber = Transcriber.load(out)
     assert transcriber.lm is not None
     assert (transcriber.decoding.lm_weight, transcriber.decoding.length_bonus) == (0.5, 0.25)
     steps = []
@@ -479,11 +479,11 @@ def test_export_saves_the_beam_size_as_transcribes_default(files, tmp_path, caps
         speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--lm", str(files["lm"]), "--beam-size", "5"])
         == 0
     )
-    assert Transcriber(out).decoding.beam_size == 5
-    assert Transcriber(out, beam_size=2).decoding.beam_size == 2  # transcribe's --beam-size still wins
+    assert Transcriber.load(out).decoding.beam_size == 5
+    assert Transcriber.load(out, beam_size=2).decoding.beam_size == 2  # transcribe's --beam-size still wins
     plain = tmp_path / "plain"
     assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(plain)]) == 0
-    assert Transcriber(plain).decoding.beam_size == Transcriber(files["model"]).decoding.beam_size
+    assert Transcriber.load(plain).decoding.beam_size == Transcriber.load(files["model"]).decoding.beam_size
     err = _one_line_error(capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), "--beam-size", "0"])
     assert "--beam-size" in err and not (tmp_path / "x").exists()
 
@@ -494,13 +494,13 @@ def test_export_saves_a_ctc_weight_transcribe_overrides_and_both_refuse_one_outs
 ):
     out = tmp_path / "ctc"
     assert speech_attend(["export", "--ckpt", str(files["model"]), "--out", str(out), "--ctc-weight", "0.15"]) == 0
-    assert Transcriber(out).decoding.ctc_weight == 0.15
-    assert Transcriber(out).decoding.beam_size == Transcriber(files["model"]).decoding.beam_size  # the rest as saved
+    assert Transcriber.load(out).decoding.ctc_weight == 0.15
+    assert Transcriber.load(out).decoding.beam_size == Transcriber.load(files["model"]).decoding.beam_size  # the rest as saved
     err = _one_line_error(
         capsys, ["export", "--ckpt", str(files["model"]), "--out", str(tmp_path / "x"), f"--ctc-weight={weight}"]
     )
     assert "--ctc-weight must be in [0, 1]" in err and not (tmp_path / "x").exists()
-    assert Transcriber(out, ctc_weight=0.5).decoding.ctc_weight == 0.5  # transcribe's --ctc-weight still wins
+    assert Transcriber.load(out, ctc_weight=0.5).decoding.ctc_weight == 0.5  # transcribe's --ctc-weight still wins
     loaded = []
     original = Transcriber.load.__func__
     monkeypatch.setattr(

@@ -70,8 +70,7 @@ def test_captioner_fit_test_and_resume_print_no_noise(tiny_shapes, tmp_path):
                 "model": {
                     "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
                     "decoder": {"embed_dim": 16, "attention_dim": 16, "hidden_dim": 16},
-                    "beam_size": 2,
-                    "max_decode_length": 6,
+                    "decoding": {"beam_size": 2, "max_length": 6},
                 },
                 "data": {"data_dir": str(tiny_shapes), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
             }

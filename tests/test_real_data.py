@@ -45,9 +45,9 @@ SMALL = [
     "16",
     "--model.decoder.hidden_dim",
     "16",
-    "--model.beam_size",
+    "--model.decoding.beam_size",
     "2",
-    "--model.max_decode_length",
+    "--model.decoding.max_length",
     "8",
     "--model.meteor",
     "false",
@@ -120,7 +120,7 @@ def _fit_test_resume(config: str, data: Path, weights: Path, root: Path, cache: 
         str(cache) if cache else "null",
         # float16 cached features move an untrained model's scores by rounding; the repeat stop would turn
         # such a tie into another caption, and this test compares the cache, not decoding
-        "--model.max_repeats",
+        "--model.decoding.max_repeats",
         "null",
     ]
     assert show_attend(["fit", *common, "--trainer.max_steps", "3"]) == 0

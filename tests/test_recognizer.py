@@ -9,7 +9,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from shared import Vocabulary, greedy_search
 from speech_attend.data.dataset import Batch, Collate
 from speech_attend.data.sampler import BucketBatchSampler
-from speech_attend.infer.transcribe import split_at_pauses, split_at_quiet_points
+from speech_attend.infer.pauses import split_at_pauses, split_at_quiet_points
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.las import DecodeConfig, LASConfig
 from speech_attend.model.listener import _BLSTM, Listener

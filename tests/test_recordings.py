@@ -14,7 +14,8 @@ from shared import Vocabulary
 from shared.io.model_files import export_folder, load_model_files
 from speech_attend.cli import main as speech_attend
 from speech_attend.data.augment import AugmentConfig, augment_batch, non_speech
-from speech_attend.infer.transcribe import APP, Transcriber, is_silent
+from speech_attend.infer.pauses import is_silent
+from speech_attend.infer.transcribe import APP, Transcriber
 from speech_attend.model.features import (
     ColourShrink,
     FeatureConfig,
@@ -28,6 +29,7 @@ from speech_attend.model.features import (
     subtract_utterance_mean,
 )
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
+from speech_attend.model.migrations import migrate_hyper_parameters
 from speech_attend.train.module import RecognizerModule
 
 RATE = 16000
@@ -45,6 +47,11 @@ _LAS = LASConfig(
     ctc_upsample=2,
 )
 _CHARS = list("abcdefghijklmnopqrstuvwxyz' ")
+
+
+def _saved_features(saved: dict) -> FeatureConfig:
+    """The feature settings that a model saved with the feature settings ``saved`` loads with."""
+    return FeatureConfig(**migrate_hyper_parameters({"features": saved})["features"])
 
 
 def _speech(tiny_synth) -> np.ndarray:
@@ -104,7 +111,7 @@ def test_dc_removal_and_level_use_only_each_waveforms_own_samples():
 
 def test_models_saved_before_the_level_steps_keep_their_features():
     assert FeatureConfig().remove_dc and FeatureConfig().level_dbfs == -20.0  # new models have both steps
-    old = FeatureConfig.from_saved({"n_mels": 40})
+    old = _saved_features({"n_mels": 40})
     assert not old.remove_dc and old.level_dbfs is None
     hparams = {"vocabulary": _CHARS, "las": asdict(_LAS), "features": {"n_mels": 80, "freq_masks": 0, "time_masks": 0}}
     model = build_recognizer(hparams)
@@ -148,7 +155,7 @@ def test_the_utterance_mean_is_taken_over_loud_frames_so_silence_does_not_move_i
 
 
 def test_the_utterance_mean_is_off_unless_asked_for_and_its_range_is_checked():
-    assert not FeatureConfig().utterance_mean and not FeatureConfig.from_saved({"n_mels": 80}).utterance_mean
+    assert not FeatureConfig().utterance_mean and not _saved_features({"n_mels": 80}).utterance_mean
     with pytest.raises(ValueError, match="utterance_mean_db"):
         FeatureConfig(utterance_mean=True, utterance_mean_db=0.0)
 
@@ -171,7 +178,7 @@ def test_the_colour_shrink_moves_a_fixed_colour_that_fraction_of_the_way_to_the_
 
 
 def test_the_colour_shrink_is_off_by_default_and_leaves_other_models_state_as_it_was():
-    assert FeatureConfig().colour_shrink == 0 and FeatureConfig.from_saved({"n_mels": 80}).colour_shrink == 0
+    assert FeatureConfig().colour_shrink == 0 and _saved_features({"n_mels": 80}).colour_shrink == 0
     plain = FeatureFrontend(FeatureConfig())
     assert plain.colour is None and not any("colour" in key for key in plain.state_dict())
     for bad in (-0.1, 1.5):
@@ -243,7 +250,7 @@ def test_the_mel_power_is_torchaudios_mel_spectrogram_computed_as_re2_plus_im2()
 def test_the_noise_floor_is_not_saved_and_old_models_load_without_it():
     with_floor = FeatureFrontend(FeatureConfig(noise_floor_dbfs=-50.0))
     assert "logmel.floor" not in with_floor.state_dict()  # it follows from the saved settings
-    assert FeatureConfig.from_saved({"n_mels": 80, "remove_dc": True, "level_dbfs": -20.0}).noise_floor_dbfs is None
+    assert _saved_features({"n_mels": 80, "remove_dc": True, "level_dbfs": -20.0}).noise_floor_dbfs is None
     with pytest.raises(ValueError, match="noise_floor_dbfs"):
         FeatureConfig(noise_floor_dbfs=3.0)
 
@@ -285,7 +292,7 @@ def test_subtracting_the_rounding_noise_leaves_files_at_a_good_level_and_off_gri
     lengths = torch.tensor([on_grid.size(1)])
     with_it, without = FeatureFrontend(FeatureConfig()), FeatureFrontend(FeatureConfig(rounding_noise=0.0))
     assert with_it.config.rounding_noise > 0  # on by default, also for models saved before it (only quiet files change)
-    assert FeatureConfig.from_saved({"n_mels": 80}).rounding_noise == with_it.config.rounding_noise
+    assert _saved_features({"n_mels": 80}).rounding_noise == with_it.config.rounding_noise
     change = (with_it._logmel(on_grid, lengths)[0] - without._logmel(on_grid, lengths)[0]).abs()
     assert float(change.max()) < 0.1 and float(change.mean()) < 0.005  # log power: at most 0.4 dB in a band
     assert torch.equal(with_it._logmel(off_grid, lengths)[0], without._logmel(off_grid, lengths)[0])
@@ -346,7 +353,7 @@ def test_offset_and_quiet_recordings_give_the_clean_transcript(random_model, tin
     for name, audio in variants.items():
         paths.append(tmp_path / f"{name}.wav")
         sf.write(paths[-1], audio.astype(np.float32), RATE, subtype="FLOAT")
-    transcriber = Transcriber(random_model)
+    transcriber = Transcriber.load(random_model)
     texts = {path.stem: result.text for path, result in zip(paths, transcriber.transcribe_many(paths))}
     assert texts["clean"] and set(texts.values()) == {texts["clean"]}, texts
 
@@ -373,7 +380,7 @@ def test_an_offset_neither_hides_speech_nor_its_pauses(random_model, tiny_synth,
     paths = [tmp_path / "plain.wav", tmp_path / "offset.wav"]
     sf.write(paths[0], joined.astype(np.float32), RATE, subtype="FLOAT")
     sf.write(paths[1], (0.5 * joined + 0.3).astype(np.float32), RATE, subtype="FLOAT")
-    transcriber = Transcriber(random_model, max_chunk_seconds=len(speech) / RATE + 0.5)
+    transcriber = Transcriber.load(random_model, max_chunk_seconds=len(speech) / RATE + 0.5)
     plain, offset = transcriber.transcribe_many(paths)
     assert plain.chunks >= 3 and offset.chunks == plain.chunks  # cut at the same pauses
     assert [seg.start for seg in offset.segments] == [seg.start for seg in plain.segments]

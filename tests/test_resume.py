@@ -163,8 +163,7 @@ def _caption_config(data_dir: Path, run_dir: Path, max_steps: int, **trainer) ->
             "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 16, "channels_last": False},
             "decoder": {"embed_dim": 24, "attention_dim": 24, "hidden_dim": 32, "dropout": 0.2},
             "optimizer": {"lr": 0.003},
-            "beam_size": 2,
-            "max_decode_length": 12,
+            "decoding": {"beam_size": 2, "max_length": 12},
         },
         "data": {"data_dir": str(data_dir), "image_size": 32, "batch_size": 8, "min_word_freq": 1},
     }

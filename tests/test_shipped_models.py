@@ -37,7 +37,7 @@ def test_the_shipped_recognizer_is_a_small_attend_model_folder_with_its_language
 
 
 def test_the_shipped_recognizer_still_writes_its_recorded_transcripts():
-    transcriber = Transcriber(SHIPPED_MODEL)
+    transcriber = Transcriber.load(SHIPPED_MODEL)
     assert transcriber.lm is not None and transcriber.decoding.lm_weight > 0  # it decodes with its language model
     clips = sorted(EXPECTED["speech_attend"])
     assert len(clips) >= 2
@@ -51,7 +51,7 @@ def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_pa
     # must keep such invented words out.
     from speech_attend.evaluate.word_times import non_speech_clips
 
-    transcriber = Transcriber(SHIPPED_MODEL)
+    transcriber = Transcriber.load(SHIPPED_MODEL)
     written = {path.name: transcriber.transcribe(path).text for path in non_speech_clips(tmp_path, [1.0], seed=0)}
     assert len(written) == 5 and all(text == "" for text in written.values()), written
 
@@ -59,7 +59,7 @@ def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_pa
 def test_confidences_are_the_spellers_log_probabilities_also_with_the_language_model_fused():
     # The fused beam score adds the length bonus per character, and went above 0; a confidence
     # is the speller's own mean log-probability, so at most 0.
-    transcriber = Transcriber(SHIPPED_MODEL)
+    transcriber = Transcriber.load(SHIPPED_MODEL)
     assert transcriber.decoding.length_bonus > 0
     for name in sorted(EXPECTED["speech_attend"]):
         segment = transcriber.transcribe(CLIPS / name).segments[0]

@@ -106,7 +106,7 @@ class _Attend:
         from speech_attend.infer.transcribe import Transcriber
 
         self.model_path = str(ckpt)
-        self.transcriber = Transcriber(ckpt)
+        self.transcriber = Transcriber.load(ckpt)
 
     def transcribe(self, paths: list[str]) -> Iterator[str | None]:
         for result in self.transcriber.transcribe_many(paths):  # files decoded together, as users call it

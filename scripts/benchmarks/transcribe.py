@@ -66,7 +66,7 @@ def bench(ckpt: str, audio: Path, beams: list[int], runs: int) -> dict:
     from speech_attend.infer.transcribe import Transcriber
 
     torch.set_num_threads(1)
-    transcribers = {beam: Transcriber(ckpt, beam_size=beam) for beam in beams}
+    transcribers = {beam: Transcriber.load(ckpt, beam_size=beam) for beam in beams}
     for transcriber in transcribers.values():
         transcriber.transcribe(audio)  # warm-up
     results = {beam: {"command": [], "decode": []} for beam in beams}

@@ -52,7 +52,7 @@ def _caption(model, scene, out: Path, name: str) -> dict:
 
     image = image_transform(model.config.image_size)(scene.image)[None]
     with torch.no_grad():
-        hyp = model.generate(model.encode(image))[0]
+        hyp = model.search(model.encode(image))[0]
     words = model.vocabulary.decode(hyp.tokens)
     attention = hyp.attention.view(-1, *model.grid)  # (T, gh, gw)
     save_caption_grid(np.asarray(scene.image), words, attention, out / f"{name}.png")

@@ -157,7 +157,7 @@ def captioner(out: Path, budget: Budget, data_root: Path) -> dict:
         for count, group in scenes.items():
             images = torch.stack([transform(scene.image) for scene in group])
             with torch.no_grad():
-                hyps = model.generate(model.encode(images), budget.beam_size)
+                hyps = model.search(model.encode(images), beam_size=budget.beam_size)
             captions = [model.vocabulary.decode(h.tokens) for h in hyps]
             hypotheses = {i: " ".join(c) for i, c in enumerate(captions)}
             references = {i: [" ".join(words) for words in scene.captions] for i, scene in enumerate(group)}

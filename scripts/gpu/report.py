@@ -241,7 +241,7 @@ def score_devsets(ckpt: str, devsets: Path, device: str, json_path: Path) -> dic
     from speech_attend.infer.transcribe import Transcriber
 
     start = time.perf_counter()
-    transcriber = Transcriber(ckpt, device=device)
+    transcriber = Transcriber.load(ckpt, device=device)
     result = {"device": device, "groups": {}}
     for group in groups_of(devsets):
         with tempfile.TemporaryDirectory() as work:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,11 +117,12 @@ def write_explanations(
     prog: str,
     positions: str,
     outputs: str,
+    names: Sequence[str] | None = None,
 ) -> int:
     """Write what an ``explain`` command found, input by input, and print a line for each.
 
     Each explanation adds its outputs' lines to ``out/explain.jsonl`` and its picture to
-    ``out/<input stem>.png``; an input that failed is one error line on stderr.
+    ``out/<name>.png``; an input that failed is one error line on stderr.
 
     Args:
         results (iterable): per input, an explanation (``source``: the input's path, ``text``: the
@@ -132,6 +133,8 @@ def write_explanations(
         prog (str): the command's name, for error lines.
         positions (str): what an occluded position is called, plural ("cells", "spans").
         outputs (str): what an output is called, plural ("words", "characters").
+        names (list of str or None, optional): the pictures' names, one per result in order
+            (:func:`shared.io.outputs.output_names` of the inputs); by default each input's stem.
 
     Returns:
         int: 2 if an input failed, else 0.
@@ -141,7 +144,7 @@ def write_explanations(
     with writing("the explanations", jsonl):
         lines = jsonl.open("w", encoding="utf-8")
     with lines:
-        for result in results:
+        for index, result in enumerate(results):
             if isinstance(result, Exception):
                 print(f"{prog}: error: {str(result).splitlines()[0]}", file=sys.stderr)
                 status = 2
@@ -150,7 +153,8 @@ def write_explanations(
                 for line in result.to_json():
                     lines.write(json.dumps(line, ensure_ascii=False) + "\n")
                 lines.flush()
-            picture = save(result, out / f"{result.source.stem}.png") if result.outputs else None
+            name = result.source.stem if names is None else names[index]
+            picture = save(result, out / f"{name}.png") if result.outputs else None
             agree = sum(output.comparison.peak_in_top for output in result.outputs)
             print(
                 f"{result.source}: {result.text}  [attention peak among the 3 most decisive {positions} for {agree} of "

@@ -8,6 +8,8 @@ No Lightning here: ``caption`` and ``transcribe`` import these modules without l
 * :mod:`~shared.io.devices`: the ``--device`` of inference, checked before a model loads;
 * :mod:`~shared.io.writes`: files written whole or not at all, and a failed write (a full disk)
   said in one line;
+* :mod:`~shared.io.outputs`: the commands' output folders (made and checked before any work) and
+  the file names derived from the inputs;
 * :mod:`~shared.io.commands`: the command-line frame: sub-commands, one-line errors, exit codes.
 
 These import only the attention core (:mod:`shared`) and each other. Nothing is imported here.

@@ -14,7 +14,8 @@ its data module to its model:
   (it must load without pickled code) before Lightning reads it; the checkpoint's model settings
   replace the config file's, and ``--model.*`` options on the command line replace the
   checkpoint's (Lightning alone lets the checkpoint win silently: a fine-tune with
-  ``--model.features.freq_masks 2`` would train without the masks);
+  ``--model.features.freq_masks 2`` would train without the masks); a checkpoint of an older
+  layout is read in the current one (the app module's ``migrate_hyper_parameters``);
 * ``--init_from MODEL``: a new run that starts from a trained model's weights (an exported
   folder or a checkpoint), with its settings and vocabulary, a new optimiser and step 0: a
   fine-tune on other data, or a longer schedule for a model whose run is gone; ``--model.*``
@@ -136,7 +137,7 @@ class AttendCLI(LightningCLI):
                 raise CheckpointError(
                     f"{ckpt_path}: checkpoint not found (--ckpt_path expects a .ckpt file written by fit, or last or best)"
                 )
-            safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
+            checkpoint = safe_torch_load(ckpt_path)  # one extra read; refuses pickled code and names a corrupt file
         init_from = config.get("init_from") if config is not None else None
         if ckpt_path and init_from:
             raise ValueError(
@@ -145,16 +146,22 @@ class AttendCLI(LightningCLI):
         given = {key: config.model[key] for key in self._model_options if (ckpt_path or init_from) and key in config.model}
         if init_from:
             self._init_files = load_model_files(init_from, self.model_class.app)  # one line naming a missing or foreign file
-            settings = {key: value for key, value in self._init_files.hyper_parameters.items() if key != "_instantiator"}
-            self.config = self.parser.parse_object({self.config.subcommand: {"model": settings}}, self.config)
-        else:
-            super()._parse_ckpt_path()
+            self._parse_model_settings(self._init_files.hyper_parameters)
+        elif ckpt_path:
+            self._parse_model_settings(checkpoint.get("hyper_parameters") or {})
         model = self._subcommand_config().model if given else None  # the config now holds the trained model's settings
         source = "--init_from model" if init_from else "checkpoint"
         for key, value in given.items():
             if model[key] != value:
                 rank_zero_info(f"--model.{key} {value}: replaces the {source}'s {model[key]}")
                 model[key] = value
+
+    def _parse_model_settings(self, hparams: dict) -> None:
+        """Put a saved model's settings (in the current layout: the app's migrations) into the config."""
+        settings = self.model_class.migrate_hyper_parameters(hparams)
+        settings.pop("_instantiator", None)
+        if settings:
+            self.config = self.parser.parse_object({self.config.subcommand: {"model": settings}}, self.config)
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_config()

@@ -70,6 +70,13 @@ class AttendModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ the app's part
 
+    @staticmethod
+    def migrate_hyper_parameters(saved: dict) -> dict:
+        """A saved model's hyper-parameters (a checkpoint's, an export's) in the current layout; an
+        app maps its older layouts here (its ``model/migrations.py``), so that ``--ckpt_path`` and
+        ``--init_from`` read them as its loaders do."""
+        return dict(saved)
+
     def evaluation_metrics(self, records: list[dict]) -> dict[str, float | None]:
         """Metrics of a whole split from its records (every process's, each item once)."""
         raise NotImplementedError

@@ -12,7 +12,7 @@ where training found it, or at ``encoder_weights``. No Lightning here.
 
 :class:`Captioning` is the Python interface, read as ``speech_attend``'s :class:`Transcriber` is::
 
-    captioning = Captioning.load("models/mine", device="cpu", beam_size=5)
+    captioning = Captioning.load("models/mine", device="cpu", beam_size=5)  # decoding settings replace the model's
     [result] = captioning.caption(["photo.jpg"])  # one CaptionResult per path, in order
     print(result.caption, result.score)
 """
@@ -22,19 +22,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import overload
 
 import numpy as np
 import torch
 
-from shared import Hypothesis, Vocabulary
+from shared import Hypothesis
+from shared.io.config import as_dataclass, with_settings
 from shared.io.devices import check_device
 from shared.io.model_files import CheckpointError, export_folder, load_model_files
 from show_attend.data.images import ImageError, image_transform, load_image
-from show_attend.model.captioner import Captioner, CaptionerConfig
-from show_attend.model.encoder import restore_omitted_weights
+from show_attend.model.captioner import Captioner, DecodeConfig, build_captioner
+from show_attend.model.encoder import EncoderConfig, EncoderWeightsError, restore_omitted_weights
+from show_attend.model.migrations import migrate_hyper_parameters
 
 __all__ = [
     "Captioning",
@@ -124,136 +126,27 @@ def _finite(score: float) -> float | None:
     return score if math.isfinite(score) else None  # JSON has no NaN
 
 
-def shipped_model() -> Path:
-    """The shipped captioner's folder (what ``caption`` uses without ``--ckpt``).
-
-    Raises:
-        CheckpointError: none ships (this project ships a recognizer only, ``models/speech_attend``).
-    """
-    if not (SHIPPED_MODEL / "model.safetensors").is_file():
-        raise CheckpointError(
-            f"no captioner ships with the code ({SHIPPED_MODEL} is not there): give --ckpt, a .ckpt from "
-            "`show-attend fit` or a folder from `show-attend export`"
-        )
-    return SHIPPED_MODEL
-
-
-def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
-    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder.
-
-    Args:
-        path (str or Path): the model file or folder.
-        device (str or torch.device, optional): where the model runs. (Default: ``"cpu"``)
-        encoder_weights (str or None, optional): the encoder's pretrained weights file, for a
-            model that leaves them out; by default where training found them.
-
-    Raises:
-        CheckpointError: unreadable, unsafe, another app's, or whose encoder weights cannot be restored.
-    """
-    files = load_model_files(path, APP)  # CheckpointError names the file
-    hparams = files.hyper_parameters
-    if not hparams.get("vocabulary"):
-        raise CheckpointError(f"{path}: not a show-attend model (no vocabulary in its config)")
-    try:
-        config = CaptionerConfig.from_hyper_parameters(hparams)
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
-    if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
-        config = replace(config, encoder=replace(config.encoder, pretrained=False, weights_path=None))
-    elif encoder_weights is not None:
-        config = replace(config, encoder=replace(config.encoder, weights_path=encoder_weights))
-    model = Captioner(config, Vocabulary(hparams["vocabulary"]))  # EncoderWeightsError says how to give the weights
-    state_dict = dict(files.state_dict)
-    if files.omitted is not None:
-        restore_omitted_weights(state_dict, files.omitted, model.encoder, str(path))
-    try:
-        model.load_state_dict(state_dict)
-    except RuntimeError as err:
-        raise CheckpointError(
-            f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})"
-        ) from None
-    return model.to(device).eval()
-
-
-@torch.no_grad()
-def caption_files(
-    model: Captioner,
-    paths: Sequence[str | Path],
-    beam_size: int | None = None,
-    max_length: int | None = None,
-    batch_size: int = 16,
-    nbest: int = 1,
-) -> Iterator[CaptionResult | ImageError]:
-    """Caption image files with batched beam search, in order, a batch at a time.
-
-    Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
-    the file could not be read (the other files are captioned all the same). Only one batch of
-    images is in memory at a time. With ``nbest`` > 1 each result also holds the beam's next
-    ``nbest - 1`` captions (``others``); the best is the same either way.
-    """
-    transform = image_transform(model.config.image_size)
-    device = next(model.parameters()).device
-    for start in range(0, len(paths), batch_size):
-        chunk = list(paths[start : start + batch_size])
-        loaded: dict[int, torch.Tensor | ImageError] = {}
-        for i, path in enumerate(chunk):
-            try:
-                loaded[i] = transform(load_image(path))
-            except ImageError as err:
-                loaded[i] = err
-        good = [i for i, item in loaded.items() if isinstance(item, torch.Tensor)]
-        captions: dict[int, CaptionResult] = {}
-        if good:
-            batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
-            for i, hyps in zip(good, model.generate_nbest(model.encode(batch), nbest, beam_size, max_length)):
-                best, *others = [_beam(model, hyp) for hyp in hyps]
-                captions[i] = CaptionResult(Path(chunk[i]), best.tokens, best.attention, best.score, others)
-        for i in range(len(chunk)):
-            yield captions.get(i, loaded[i])
-
-
-def _beam(model: Captioner, hyp: Hypothesis) -> Beam:
-    attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
-    return Beam(model.vocabulary.decode(hyp.tokens), attention, hyp.normalized_score)
-
-
-def caption_images(
-    model: Captioner,
-    paths: Sequence[str | Path],
-    beam_size: int | None = None,
-    max_length: int | None = None,
-    batch_size: int = 16,
-) -> list[CaptionResult]:
-    """Caption image files; :func:`caption_files` as a list (:meth:`Captioning.caption`).
-
-    Raises:
-        ImageError: an image is missing or unreadable.
-    """
-    return Captioning(model, beam_size, max_length, batch_size).caption(list(paths))
-
-
 class Captioning:
-    """A trained captioner loaded once, captioning image files with its beam search.
-
-    The Python face of ``show-attend caption``, read as ``speech_attend``'s ``Transcriber``:
-    ``Captioning.load(path, device=...).caption(paths)``. (The network itself is
-    :class:`~show_attend.model.captioner.Captioner`; this holds one, and what changes its decoding.)
+    """A trained captioner, captioning image files with its beam search: the Python face of
+    ``show-attend caption``, as :class:`speech_attend.infer.transcribe.Transcriber` is of
+    ``speech-attend transcribe``. ``Captioning.load(path, device=..., beam_size=...)`` loads one;
+    this holds a loaded :class:`~show_attend.model.captioner.Captioner` and the decoding settings
+    it captions with (the model's, less those replaced).
 
     Args:
         model (Captioner): a trained captioner (:func:`load_captioner`).
-        beam_size (int or None, optional): beams; by default the model's. (Default: ``None``)
-        max_length (int or None, optional): most words per caption; by default the model's. (Default: ``None``)
         batch_size (int, optional): images decoded together. (Default: ``16``)
+        **decoding: settings that replace the model's :class:`DecodeConfig` (``beam_size``,
+            ``max_length``, ``length_penalty``, ``max_repeats``); ``None`` keeps the model's.
 
     Raises:
-        ValueError: ``beam_size``, ``max_length`` or ``batch_size`` under 1.
+        ValueError: a setting out of range, or one the model's decoding settings do not have.
     """
 
-    def __init__(self, model: Captioner, beam_size: int | None = None, max_length: int | None = None, batch_size: int = 16):
-        self.check_settings(beam_size, max_length, batch_size)
+    def __init__(self, model: Captioner, batch_size: int = 16, **decoding):
+        self.check_settings(decoding.get("beam_size"), decoding.get("max_length"), batch_size)
         self.model = model
-        self.beam_size = beam_size or model.config.beam_size
-        self.max_length = max_length
+        self.decoding = with_settings(model.decoding, **decoding)
         self.batch_size = batch_size
 
     @classmethod
@@ -261,27 +154,27 @@ class Captioning:
         cls,
         path: str | Path | None = None,
         device: str | torch.device = "cpu",
-        beam_size: int | None = None,
-        max_length: int | None = None,
         batch_size: int = 16,
         encoder_weights: str | None = None,
+        **decoding,
     ) -> Captioning:
         """Load a model from a ``.ckpt`` file or an exported folder (``None``: the shipped one, if any).
 
         Args:
             path (str, Path or None): the model; ``None`` for :func:`shipped_model`. (Default: ``None``)
             device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
-            beam_size, max_length, batch_size: as for :class:`Captioning`.
+            batch_size, **decoding: as for :class:`Captioning`.
             encoder_weights (str or None, optional): as for :func:`load_captioner`.
 
         Raises:
-            ValueError: a device this machine lacks, or a setting under 1 (before anything loads).
+            ValueError: a device this machine lacks, or a setting out of range (before anything loads).
             CheckpointError: the model cannot be loaded (or none ships and ``path`` is ``None``).
         """
         device = check_device(device)
-        cls.check_settings(beam_size, max_length, batch_size)
+        cls.check_settings(decoding.get("beam_size"), decoding.get("max_length"), batch_size)
+        with_settings(DecodeConfig(), **decoding)  # an unknown or out-of-range setting before the model loads
         model = load_captioner(shipped_model() if path is None else path, device, encoder_weights)
-        return cls(model, beam_size, max_length, batch_size)
+        return cls(model, batch_size, **decoding)
 
     @staticmethod
     def check_settings(beam_size: int | None = None, max_length: int | None = None, batch_size: int = 16) -> None:
@@ -289,6 +182,10 @@ class Captioning:
         for option, value in (("--beam-size", beam_size), ("--max-length", max_length), ("--batch-size", batch_size)):
             if value is not None and value < 1:
                 raise ValueError(f"{option} must be >= 1, got {value}")
+
+    @property
+    def beam_size(self) -> int:
+        return self.decoding.beam_size
 
     @property
     def device(self) -> torch.device:
@@ -322,7 +219,64 @@ class Captioning:
         its :class:`ImageError`, in its place (:func:`caption_files`)."""
         if not 1 <= nbest <= self.beam_size:
             raise ValueError(f"nbest must be between 1 and the beam size {self.beam_size}, got {nbest}")
-        return caption_files(self.model, list(paths), self.beam_size, self.max_length, self.batch_size, nbest)
+        return caption_files(self.model, list(paths), self.decoding, self.batch_size, nbest)
+
+
+@torch.no_grad()
+def caption_files(
+    model: Captioner,
+    paths: Sequence[str | Path],
+    decoding: DecodeConfig | None = None,
+    batch_size: int = 16,
+    nbest: int = 1,
+) -> Iterator[CaptionResult | ImageError]:
+    """Caption image files with batched beam search, in order, a batch at a time.
+
+    Yields, for each path, its :class:`CaptionResult`, or the :class:`ImageError` that says why
+    the file could not be read (the other files are captioned all the same). Only one batch of
+    images is in memory at a time. With ``nbest`` > 1 each result also holds the beam's next
+    ``nbest - 1`` captions (``others``); the best is the same either way.
+
+    Args:
+        model (Captioner): a trained captioner.
+        paths (list of paths): image files.
+        decoding (DecodeConfig or None, optional): search settings; ``None``: the model's own.
+        batch_size (int, optional): images decoded together. (Default: ``16``)
+        nbest (int, optional): captions kept per image. (Default: ``1``)
+    """
+    transform = image_transform(model.config.image_size)
+    device = next(model.parameters()).device
+    for start in range(0, len(paths), batch_size):
+        chunk = list(paths[start : start + batch_size])
+        loaded: dict[int, torch.Tensor | ImageError] = {}
+        for i, path in enumerate(chunk):
+            try:
+                loaded[i] = transform(load_image(path))
+            except ImageError as err:
+                loaded[i] = err
+        good = [i for i, item in loaded.items() if isinstance(item, torch.Tensor)]
+        captions: dict[int, CaptionResult] = {}
+        if good:
+            batch = torch.stack([loaded[i] for i in good]).to(device)  # (B, 3, S, S)
+            for i, hyps in zip(good, model.search_nbest(model.encode(batch), nbest, decoding)):
+                best, *others = [_beam(model, hyp) for hyp in hyps]
+                captions[i] = CaptionResult(Path(chunk[i]), best.tokens, best.attention, best.score, others)
+        for i in range(len(chunk)):
+            yield captions.get(i, loaded[i])
+
+
+def _beam(model: Captioner, hyp: Hypothesis) -> Beam:
+    attention = hyp.attention.view(-1, *model.grid).cpu()  # (T, gh, gw)
+    return Beam(model.vocabulary.decode(hyp.tokens), attention, hyp.normalized_score)
+
+
+def caption_images(model: Captioner, paths: Sequence[str | Path], batch_size: int = 16, **decoding) -> list[CaptionResult]:
+    """Caption image files; :func:`caption_files` as a list (:meth:`Captioning.caption`).
+
+    Raises:
+        ImageError: an image is missing or unreadable.
+    """
+    return Captioning(model, batch_size, **decoding).caption(list(paths))
 
 
 def save_overlay(result: CaptionResult, path: str | Path) -> Path:
@@ -336,11 +290,71 @@ def save_overlay(result: CaptionResult, path: str | Path) -> Path:
     return save_caption_grid(np.asarray(image), result.tokens, result.attention, path)
 
 
+# ----------------------------------------------------------------------------- loading a model
+
+
+def shipped_model() -> Path:
+    """The shipped captioner's folder (what ``caption`` uses without ``--ckpt``).
+
+    Raises:
+        CheckpointError: none ships (this project ships a recognizer only, ``models/speech_attend``).
+    """
+    if not (SHIPPED_MODEL / "model.safetensors").is_file():
+        raise CheckpointError(
+            f"no captioner ships with the code ({SHIPPED_MODEL} is not there): give --ckpt, a .ckpt from "
+            "`show-attend fit` or a folder from `show-attend export`"
+        )
+    return SHIPPED_MODEL
+
+
+def load_captioner(path: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = None) -> Captioner:
+    """A trained captioner, in eval mode, from a ``.ckpt`` file or an exported folder, with its
+    ``vocabulary`` and ``decoding`` settings.
+
+    Args:
+        path (str or Path): the model file or folder.
+        device (str or torch.device, optional): where the model runs. (Default: ``"cpu"``)
+        encoder_weights (str or None, optional): the encoder's pretrained weights file, for a
+            model that leaves them out; by default where training found them.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, another app's, or whose encoder weights cannot be restored.
+    """
+    files = load_model_files(path, APP)  # CheckpointError names the file
+    hparams = files.hyper_parameters
+    if not hparams.get("vocabulary"):
+        raise CheckpointError(f"{path}: not a show-attend model (no vocabulary in its config)")
+    try:
+        encoder = as_dataclass(EncoderConfig, hparams.get("encoder"))
+        if files.omitted is None:  # every weight is in the file: never fetch pretrained weights
+            encoder = replace(encoder, pretrained=False, weights_path=None)
+        elif encoder_weights is not None:
+            encoder = replace(encoder, weights_path=encoder_weights)
+        model = build_captioner({**hparams, "encoder": asdict(encoder)})
+    except EncoderWeightsError:  # it says how to give the weights
+        raise
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a show-attend model config ({str(err).splitlines()[0]})") from None
+    state_dict = dict(files.state_dict)
+    if files.omitted is not None:
+        restore_omitted_weights(state_dict, files.omitted, model.encoder, str(path))
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{path}: weights do not fit the model its config describes ({str(err).splitlines()[0][:160]})"
+        ) from None
+    return model.to(device).eval()
+
+
+# ----------------------------------------------------------------------------- exporting a model
+
+
 def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = False, beam_size: int | None = None) -> Path:
     """Write ``model.safetensors`` + ``config.json`` (hyper-parameters and vocabulary) to ``out_dir``.
 
     Args:
-        ckpt (str or Path): a checkpoint written by ``fit``.
+        ckpt (str or Path): a checkpoint written by ``fit`` (or an exported folder).
         out_dir (str or Path): the folder to write.
         include_encoder (bool, optional): also store frozen pretrained encoder weights, which are
             otherwise left out (restored from the published file when loaded). (Default: ``False``)
@@ -354,5 +368,6 @@ def export_model(ckpt: str | Path, out_dir: str | Path, include_encoder: bool = 
     omitted = None if include_encoder else files.omitted
     if omitted is not None:
         state_dict = {key: value for key, value in state_dict.items() if key not in set(omitted["keys"])}
-    hparams = files.hyper_parameters if beam_size is None else {**files.hyper_parameters, "beam_size": beam_size}
+    hparams = migrate_hyper_parameters(files.hyper_parameters)  # an export is written in the current layout
+    hparams["decoding"] = asdict(with_settings(model.decoding, beam_size=beam_size))
     return export_folder(out_dir, APP, state_dict, hparams, omitted)

@@ -130,7 +130,7 @@ def explain_image(
 ) -> ImageExplanation:
     """Caption one normalised image `(3, S, S)` and explain each word (module docstring)."""
     features = model.encode(image[None])  # (1, L, D)
-    tokens = model.generate(features, beam_size)[0].tokens
+    tokens = model.search(features, beam_size=beam_size)[0].tokens
     _, attention = word_log_probs(model, features, tokens)  # (1, T, L)
     cells = features.size(1)
     if pixels:

@@ -37,6 +37,7 @@ from torch import nn
 from shared import AdditiveScore, Attention, Memory, NoScore, hard_read
 from shared.lstm import LSTMLayer
 from shared.recurrence import Recurrence, step_linear
+from show_attend.model.migrations import decoder_from_split_gates
 
 __all__ = ["DecoderConfig", "DecoderOutput", "DecoderScores", "Decoder", "GATES", "ATTENTIONS"]
 
@@ -120,7 +121,7 @@ class Decoder(nn.Module):
         self.out_hidden, self.out_context = nn.Linear(n, m), nn.Linear(d, m)  # L_h, L_z
         self.out_vocab = nn.Linear(m, vocab_size)  # L_o
         self.dropout = nn.Dropout(config.dropout)
-        self._register_load_state_dict_pre_hook(_from_split_gates)
+        self._register_load_state_dict_pre_hook(decoder_from_split_gates)  # older layouts
 
     def start(self, features: torch.Tensor) -> tuple[Memory, State]:
         """Attention memory and initial LSTM state of each image.
@@ -306,12 +307,3 @@ class _Steps(NamedTuple):
     context: torch.Tensor  # (N, D)
     alphas: torch.Tensor  # (B, T, L)
     sample_log_probs: torch.Tensor | None  # (B, T)
-
-
-def _from_split_gates(state_dict: dict, prefix: str, *_) -> None:
-    """Load-time key map from the layout with separate context and state gate weights
-    (``context_to_gates.weight``, ``hidden_to_gates.weight``) to the shared step's one
-    ``lstm.weight``, the two side by side (the product the training pass already made)."""
-    context, hidden = f"{prefix}context_to_gates.weight", f"{prefix}hidden_to_gates.weight"
-    if context in state_dict and hidden in state_dict:
-        state_dict[f"{prefix}lstm.weight"] = torch.cat([state_dict.pop(context), state_dict.pop(hidden)], 1)

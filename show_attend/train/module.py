@@ -33,9 +33,10 @@ from shared.training.guards import zero_loss
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
 from show_attend.evaluate.metrics import caption_metrics, exact_match
-from show_attend.model.captioner import Captioner, CaptionerConfig
+from show_attend.model.captioner import CaptionerConfig, DecodeConfig, build_captioner
 from show_attend.model.decoder import DecoderConfig
 from show_attend.model.encoder import EncoderConfig, restore_omitted_weights
+from show_attend.model.migrations import migrate_hyper_parameters
 from show_attend.train.pointing import pointing_hits
 
 __all__ = ["CaptionerModule", "doubly_stochastic_penalty"]
@@ -70,16 +71,14 @@ class CaptionerModule(AttendModule):
         encoder_lr (float): learning rate of fine-tuned pretrained encoder blocks (a small
             encoder trained from scratch uses ``optimizer.lr``). (Default: ``1e-4``)
         image_size (int): input side in pixels, linked from the data module (used by ``caption``).
-        beam_size (int): beams at validation and test. (Default: ``5``)
-        max_decode_length (int): most words a decoded caption may have. (Default: ``50``)
-        length_penalty (float): alpha of the beam search's length normalisation. (Default: ``0``)
-        max_repeats (int or None): a caption whose last ``max_repeats`` words are one word
-            repeated can only end; ``None`` turns the stop off. (Default: ``4``)
+        decoding (DecodeConfig): the beam search of validation, test and ``caption``: beams, most
+            words, length penalty, the stop for a repeated word. (Default: ``DecodeConfig()``)
         meteor (bool): also compute METEOR (needs Java and the METEOR jar). (Default: ``False``)
     """
 
     app = "show-attend"
     output_field, output_noun = "caption", "captions"  # what the collapse measures read and name
+    migrate_hyper_parameters = staticmethod(migrate_hyper_parameters)  # an older checkpoint's, for --ckpt_path
 
     def __init__(
         self,
@@ -91,22 +90,20 @@ class CaptionerModule(AttendModule):
         optimizer: OptimizerConfig = OptimizerConfig(lr=4e-4),  # frozen: a shared default cannot be changed
         encoder_lr: float = 1e-4,
         image_size: int = 224,
-        beam_size: int = 5,
-        max_decode_length: int = 50,
-        length_penalty: float = 0.0,
-        max_repeats: int | None = 4,
+        decoding: DecodeConfig = DecodeConfig(),
         meteor: bool = False,
     ):
         super().__init__()
         if not vocabulary:
             raise ValueError("the captioner needs a vocabulary (a list of words), normally linked from the data module")
-        config = CaptionerConfig(encoder, decoder, image_size, beam_size, max_decode_length, length_penalty, max_repeats)
+        config = CaptionerConfig(encoder, decoder, image_size)
         reinforce, optimizer = as_dataclass(ReinforceConfig, reinforce), as_dataclass(OptimizerConfig, optimizer)
         # Plain data only, so a checkpoint loads with torch.load(weights_only=True).
         self.save_hyperparameters(
             {
                 "vocabulary": list(vocabulary),
                 **config.to_dict(),
+                "decoding": asdict(as_dataclass(DecodeConfig, decoding)),
                 "doubly_stochastic": float(doubly_stochastic),
                 "reinforce": asdict(reinforce),
                 "optimizer": asdict(optimizer),
@@ -115,8 +112,18 @@ class CaptionerModule(AttendModule):
             }
         )
         self.reinforce_config, self.optimizer_config = reinforce, optimizer
-        self.model = Captioner(config, Vocabulary(vocabulary))
+        self.model = build_captioner(dict(self.hparams))  # with its vocabulary and decoding settings
         self.baseline = MovingAverageBaseline(reinforce.baseline_decay)
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The model's words."""
+        return self.model.vocabulary
+
+    @property
+    def decoding(self) -> DecodeConfig:
+        """The model's decoding settings (validation and test search with them)."""
+        return self.model.decoding
 
     @property
     def hard(self) -> bool:
@@ -191,7 +198,7 @@ class CaptionerModule(AttendModule):
         self.log(f"{stage}/token_nll", logs["token_nll"], batch_size=batch["batch_size"], sync_dist=True)
         records = []
         item_losses = logs["item_loss"].tolist()
-        for i, hyp in enumerate(self.model.generate(features)):  # the metrics see decoded captions only
+        for i, hyp in enumerate(self.model.search(features)):  # the metrics see decoded captions only
             tokens = self.model.vocabulary.decode(hyp.tokens)
             records.append(
                 {

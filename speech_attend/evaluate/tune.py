@@ -107,7 +107,7 @@ def tune(
         raise CorpusError(f"--split {split}: no utterances")
     rows, base = [], None
     for setting in settings:
-        transcriber = Transcriber(model, lm=lm, **setting)
+        transcriber = Transcriber.load(model, lm=lm, **setting)
         measured = {g: word_edits(transcriber, utterances) for g, utterances in data.items()}
         edits, words = {g: m[0] for g, m in measured.items()}, {g: m[1] for g, m in measured.items()}
         row: dict = {

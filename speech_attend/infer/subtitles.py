@@ -1,9 +1,10 @@
 """Transcripts as the files people load elsewhere: txt, json, srt, vtt and tsv.
 
 The formats and names follow Whisper's command line: ``--output-dir DIR`` gets one file per
-input and format, ``DIR/<input stem>.<format>``. A subtitle cue is one segment (a chunk that
-``transcribe`` cut at pauses, :class:`speech_attend.infer.timing.Segment`); segments without speech
-give no cue. tsv is ``start<TAB>end<TAB>text`` in whole milliseconds, with a header line.
+input and format, ``DIR/<name>.<format>``, where the name is the input's stem, told apart from
+another input's by its folders (:func:`shared.io.outputs.output_names`, the rule of both apps). A
+subtitle cue is one segment (a chunk that ``transcribe`` cut at pauses,
+:class:`speech_attend.infer.timing.Segment`); segments without speech give no cue. tsv is ``start<TAB>end<TAB>text`` in whole milliseconds, with a header line.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 import html
 import json
 import os
-import tempfile
-from collections import Counter
 from pathlib import Path
 
 from shared.io.writes import replacing
 from speech_attend.infer.transcribe import Transcript
 
-__all__ = ["FORMATS", "parse_formats", "render", "output_names", "check_output_dir", "write_outputs"]
+__all__ = ["FORMATS", "parse_formats", "render", "write_outputs"]
 
 FORMATS = ("txt", "json", "srt", "vtt", "tsv")
 
@@ -70,51 +69,6 @@ def render(transcript: Transcript, fmt: str) -> str:
     if fmt == "tsv":
         return "start\tend\ttext\n" + "".join(f"{round(a * 1000)}\t{round(b * 1000)}\t{text}\n" for a, b, text in cues)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-
-
-def output_names(paths: list[str]) -> list[str]:
-    """A file name (without suffix) per input, all different: the input's stem, and where two
-    inputs share a stem (``a/talk.wav``, ``b/talk.wav``), their folders before it, ``a_talk``
-    and ``b_talk``, as many as tell them apart; what still collides (one file given twice,
-    ``talk.wav`` beside ``talk.flac``) gets ``-2``, ``-3``, ... in input order."""
-    stems = [Path(p).stem for p in paths]
-    folders = [Path(os.path.abspath(p)).parent.parts[1:] for p in paths]  # without the root
-    names = list(stems)
-    for stem in {s for s, n in Counter(stems).items() if n > 1}:
-        group = [i for i in range(len(paths)) if stems[i] == stem]
-        distinct = {folders[i] for i in group}
-        for depth in range(1, 1 + max(len(f) for f in distinct)):
-            if len(distinct) == 1 or len({f[-depth:] for f in distinct}) == len(distinct):
-                break
-        if len(distinct) > 1:
-            for i in group:
-                names[i] = "_".join([*folders[i][-depth:], stem])
-    taken, unique = set(), []
-    for name in names:
-        candidate, n = name, 1
-        while candidate in taken or (n > 1 and candidate in names):
-            n += 1
-            candidate = f"{name}-{n}"
-        taken.add(candidate)
-        unique.append(candidate)
-    return unique
-
-
-def check_output_dir(path: str | os.PathLike) -> Path:
-    """Make ``path`` (and its parents) and check that a file can be written in it.
-
-    Raises:
-        ValueError: it cannot be made or written to, in one line naming it.
-    """
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        reason = (err.strerror or str(err)).lower()
-        raise ValueError(f"--output-dir {path}: cannot write files there ({reason})") from None
-    return out
 
 
 def write_outputs(transcript: Transcript, out_dir: str | os.PathLike, name: str, formats: list[str]) -> list[Path]:

@@ -1,15 +1,14 @@
 """Transcribing audio files with a trained model (a ``.ckpt`` or an exported folder).
 
-Any sample rate and channel count is accepted (resampled and downmixed on reading). Audio
-longer than the model handles well (by default the longest training utterance) is split at its
-pauses into chunks, which are decoded as one batch and joined; attention models truncate or
-loop on utterances much longer than they were trained on. Every chunk,
-and a file decoded whole, is trimmed to the speech it holds: an attention model trained on
-utterances that start and end with speech invents words for silence at their edges.
+Any sample rate and channel count is accepted (resampled and downmixed on reading). Each file is
+cut into chunks at its pauses and trimmed to its speech, and chunks without speech are left empty
+(:mod:`speech_attend.infer.pauses`); the chunks of consecutive files are decoded together in
+batches and joined into one :class:`Transcript` per file, with segment and word times
+(:mod:`speech_attend.infer.timing`).
 
 :class:`Transcriber` is the Python interface, read as ``show_attend``'s :class:`Captioning` is::
 
-    transcriber = Transcriber.load(device="cpu")  # the shipped model; or Transcriber.load("models/mine")
+    transcriber = Transcriber.load(device="cpu")  # the shipped model; or Transcriber.load("models/mine", beam_size=8)
     [result] = transcriber.transcribe(["talk.wav"])  # one Transcript per path, in order
     print(result.text, result.segments[0].words)
 """
@@ -19,33 +18,29 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import overload
 
 import torch
-from torch.nn import functional as F
 
 from shared import Hypothesis
+from shared.io.config import with_settings
 from shared.io.devices import check_device
 from shared.io.model_files import CheckpointError, export_folder, load_model_files
 from speech_attend.data.audio import load_audio
 from speech_attend.data.dataset import pad_waves
+from speech_attend.infer.pauses import NO_SIGNAL_DBFS, QUIET_DBFS, chunk_audio
 from speech_attend.infer.timing import Segment, chunk_segment, no_speech_segment
 from speech_attend.model.las import LAS, DecodeConfig, build_recognizer
 from speech_attend.model.lm import DEFAULT_LM_WEIGHT, MAX_LM_WEIGHT, CharLM, has_lm, load_lm, save_lm
+from speech_attend.model.migrations import migrate_hyper_parameters
 
 __all__ = [
     "Transcriber",
     "Transcript",
-    "split_at_pauses",
-    "split_at_quiet_points",
-    "is_silent",
     "load_recognizer",
     "export_model",
-    "SILENCE_DBFS",
-    "NO_SIGNAL_DBFS",
-    "QUIET_DBFS",
     "APP",
     "SHIPPED_MODEL",
     "shipped_model",
@@ -53,318 +48,8 @@ __all__ = [
 
 APP = "speech-attend"
 SHIPPED_MODEL = Path(__file__).resolve().parents[2] / "models" / "speech_attend"  # the model this project ships
-
-
-def shipped_model() -> Path:
-    """The shipped model's folder (what ``transcribe`` uses without ``--ckpt``).
-
-    Raises:
-        CheckpointError: it is not there (an install without the repository's ``models/``).
-    """
-    if not (SHIPPED_MODEL / "model.safetensors").is_file():
-        raise CheckpointError(f"{SHIPPED_MODEL}: the shipped model is not there; pass --ckpt with a model of your own")
-    return SHIPPED_MODEL
-
-
-_DEFAULT_MAX_CHUNK_SECONDS = 15.0
-_QUIET_WINDOW_SECONDS = 0.1  # energy is smoothed over this long before looking for the quietest point
-_CHUNKS_PER_BATCH = 16
-# Relative to the speech level (the 95th percentile of 10 ms frame power): smoothed energy under
-# PAUSE_DB is a pause; a frame over SPEECH_DB holds speech, for trimming. Soft consonants sit 20-35
-# dB under the vowels, so trimming at -40 dB keeps them.
-PAUSE_DB, SPEECH_DB = -35.0, -40.0
-_MIN_PAUSE_SECONDS = 0.15  # shorter quiet runs (stop closures, breaths within a phrase) are not cut
-_MIN_CHUNK_SECONDS = 0.5  # a shorter piece between two pauses joins the piece before it
-_MIN_TRIM_SECONDS = 0.05  # shorter quiet edges of a chunk are not trimmed
-# Which chunks hold no speech, so they are left empty instead of decoded (an attention decoder asked
-# to transcribe silence invents words). Decided by levels relative to the file and by the rise and
-# fall of speech, not by one absolute level: the front end hears a clip the same at any gain, so a
-# microphone set 50 dB too low still gives words.
-SILENCE_DBFS = -50.0  # a chunk under this at its loudest 10 ms that is also steady (below) is quiet noise
-NO_SIGNAL_DBFS = -100.0  # under this at its loudest 10 ms, a chunk holds nothing but rounding noise
-QUIET_DBFS = -70.0  # a file whose loudest 10 ms is under this is warned about (speech is usually above -40)
-_QUIET_STRETCH_DB = -45.0  # a chunk this far under the file's loudest 10 ms is a quiet stretch between speech
-_OFFSET = 1e-2  # a mean sample over this (-40 dBFS) is a DC offset, removed before cutting and the silence test
-# A frame power spread (10th to 95th percentile) under this is steady noise, hum or a held tone: speech rises and
-# falls more, even a short phrase without a pause (docs/BENCHMARKS.md, "The steadiness rule").
-_STEADY_DB = 7.0
-
-
-def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
-    """The model stored in a checkpoint or exported folder, in eval mode, with its
-    ``vocabulary`` and ``decoding`` settings.
-
-    Raises:
-        CheckpointError: unreadable, unsafe, or not a speech-attend model.
-    """
-    files = load_model_files(path, APP)  # CheckpointError names the file
-    try:
-        model = build_recognizer(files.hyper_parameters)
-    except (TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
-    try:
-        missing, unexpected = model.load_state_dict(files.state_dict, strict=False)
-    except RuntimeError as err:  # a weight of another shape
-        raise CheckpointError(f"{path}: weights do not fit the saved config ({_first_problem(err)})") from None
-    if missing or unexpected:
-        named = [
-            f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-            for kind, keys in (("missing", missing), ("unexpected", unexpected))
-            if keys
-        ]
-        raise CheckpointError(f"{path}: weights do not fit the saved config: {'; '.join(named)}")
-    return model.to(device).eval()
-
-
-def _first_problem(err: RuntimeError) -> str:
-    """The first line of a ``load_state_dict`` error that says what is wrong, not its heading."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return next((line for line in lines[1:] if line), lines[0] if lines else "unreadable weights")
-
-
-def _with_settings(decoding: DecodeConfig, **settings) -> tuple[DecodeConfig, bool]:
-    """``decoding`` with the given settings that are not ``None``, and whether any was given."""
-    chosen = {name: value for name, value in settings.items() if value is not None}
-    return replace(decoding, **chosen), bool(chosen)
-
-
-def export_model(
-    ckpt: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    lm: str | os.PathLike | None = None,
-    lm_weight: float | None = None,
-    length_bonus: float | None = None,
-    beam_size: int | None = None,
-    ctc_weight: float | None = None,
-    half: bool = False,
-) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
-    statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
-    that holds one, also its language model (``lm.safetensors`` + ``lm.json``, in the
-    recognizer's character order), fused by default with ``lm_weight`` and ``length_bonus``,
-    saved in the decoding settings.
-
-    Args:
-        lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
-            model, the saved weight for one that ``ckpt`` holds.
-        length_bonus (float or None, optional): by default the saved one (0 unless set).
-        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
-            the checkpoint's.
-        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, saved
-            as ``transcribe``'s default; by default the checkpoint's.
-        half (bool, optional): store the weights in float16 (half the size; loading widens them
-            back to float32). (Default: ``False``)
-
-    Raises:
-        CheckpointError: unreadable files, or a language model over other characters.
-        ValueError: ``lm_weight`` outside [0, 2], ``beam_size`` under 1, or ``ctc_weight`` outside [0, 1].
-    """
-    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight)
-    model = load_recognizer(ckpt)
-    vocabulary, decoding, hparams = model.vocabulary, model.decoding, load_model_files(ckpt, APP).hyper_parameters
-    if lm is None and has_lm(ckpt):
-        lm = ckpt
-    elif lm is not None and lm_weight is None:
-        lm_weight = DEFAULT_LM_WEIGHT
-    language_model, decoding = _language_model(ckpt, vocabulary, decoding, lm, lm_weight, length_bonus, "cpu")
-    decoding, changed = _with_settings(decoding, beam_size=beam_size, ctc_weight=ctc_weight)
-    if language_model is not None or changed:
-        hparams = {**hparams, "decoding": asdict(decoding)}
-    state = {name: t.half() if half and t.is_floating_point() else t for name, t in model.state_dict().items()}
-    out = export_folder(out_dir, APP, state, hparams)
-    if language_model is not None:
-        record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
-        save_lm(out, language_model, vocabulary, record)
-    return out
-
-
-def _language_model(
-    path: str | os.PathLike,
-    vocabulary,
-    decoding: DecodeConfig,
-    lm: str | os.PathLike | None,
-    lm_weight: float | None,
-    length_bonus: float | None,
-    device: str | torch.device,
-) -> tuple[CharLM | None, DecodeConfig]:
-    """The language model to fuse (``lm``, else the model folder's own) and the decoding settings
-    with ``lm_weight`` and ``length_bonus`` (else the saved ones).
-
-    Raises:
-        ValueError: ``lm_weight`` outside [0, 2], not finite settings, or a weight over 0 without
-            a language model. CheckpointError: the language model's files are unreadable, or
-            over other characters than the recognizer's.
-    """
-    changes = {k: v for k, v in (("lm_weight", lm_weight), ("length_bonus", length_bonus)) if v is not None}
-    decoding = replace(decoding, **changes)
-    if not 0.0 <= decoding.lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
-        raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {decoding.lm_weight:g}")
-    if not math.isfinite(decoding.length_bonus):
-        raise ValueError(f"--length-bonus must be a finite number, got {decoding.length_bonus:g}")
-    folder = lm if lm is not None else path if has_lm(path) else None
-    if folder is None:
-        if decoding.lm_weight > 0:
-            raise ValueError(
-                f"--lm-weight {decoding.lm_weight:g} needs a language model, and {path} holds none: "
-                "pass --lm DIR (from speech-attend fit-lm) or a model exported with --lm"
-            )
-        return None, decoding
-    model, _ = load_lm(folder, vocabulary)
-    return model.to(device), decoding
-
-
-def split_at_quiet_points(
-    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_seconds: float | None = None
-) -> list[tuple[int, int]]:
-    """Cut a long waveform into chunks of at most ``max_seconds``, at its quietest moments.
-
-    Each cut is placed at the minimum of the smoothed energy between ``min_seconds`` and
-    ``max_seconds`` after the previous cut, so it falls in a pause whenever there is one.
-    Energy is measured per 10 ms frame, so an hour of audio costs milliseconds.
-
-    Args:
-        waveform (torch.Tensor): `(N,)`.
-        sample_rate (int): Hz.
-        max_seconds (float): longest chunk.
-        min_seconds (float or None, optional): shortest chunk but the last; half of
-            ``max_seconds`` by default.
-
-    Returns:
-        list of (int, int): ``(start, end)`` sample ranges covering the waveform in order.
-    """
-    if max_seconds <= 0:
-        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
-    total, longest = waveform.numel(), int(max_seconds * sample_rate)
-    if total <= longest:
-        return [(0, total)]
-    hop = _hop(sample_rate)
-    energy = _smoothed_energy(_frame_power(waveform, hop), sample_rate)  # (F,)
-    frames = energy.numel()
-    shortest = (max_seconds / 2 if min_seconds is None else min_seconds) * sample_rate
-    chunks, start = [], 0
-    while total - start > longest:
-        low = (start + max(hop, int(shortest))) // hop  # frame range where the next cut may go
-        high = max(low + 1, min(frames, (start + longest) // hop))
-        cut = (low + int(energy[low:high].argmin())) * hop + hop // 2  # middle of the quietest frame
-        chunks.append((start, cut))
-        start = cut
-    chunks.append((start, total))
-    return chunks
-
-
-def split_at_pauses(
-    waveform: torch.Tensor, sample_rate: int, max_seconds: float, min_pause: float = _MIN_PAUSE_SECONDS, trim: bool = True
-) -> list[tuple[int, int]]:
-    """Cut long speech at its pauses into chunks of at most ``max_seconds``, each trimmed to its speech.
-
-    Audio no longer than ``max_seconds`` stays one chunk. Longer audio is cut in the middle of
-    every pause of at least ``min_pause`` (10 ms frames ``PAUSE_DB`` under the speech level, the
-    95th percentile of the frame power), so chunks hold whole phrases, as the model heard in
-    training; a piece shorter than 0.5 s joins the one before it, and a piece still longer than
-    ``max_seconds`` is cut further at its quietest points (:func:`split_at_quiet_points`). Then
-    every chunk loses quiet edges of 50 ms or more, down to its first and last frame with speech
-    (power over ``SPEECH_DB`` under the speech level); a chunk without speech is kept whole, for
-    :func:`is_silent` to find.
-
-    ``scripts/long_audio_check.py`` measures what this gives on long files (docs/BENCHMARKS.md).
-
-    Args:
-        waveform (torch.Tensor): `(N,)`.
-        sample_rate (int): Hz.
-        max_seconds (float): longest chunk.
-        min_pause (float, optional): shortest pause cut at, in seconds. (Default: ``0.15``)
-        trim (bool, optional): trim each chunk's quiet edges; ``False`` keeps them (to measure
-            what trimming does). (Default: ``True``)
-
-    Returns:
-        list of (int, int): ``(start, end)`` sample ranges in order, not overlapping.
-    """
-    if max_seconds <= 0:
-        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
-    total, hop = waveform.numel(), _hop(sample_rate)
-    power = _frame_power(waveform, hop)  # (F,)
-    level = torch.quantile(power, 0.95)  # loud speech, whatever the recording level
-    speech = (power > level * 10 ** (SPEECH_DB / 10)).nonzero().squeeze(1)  # frames with speech
-
-    def trimmed(start: int, end: int) -> tuple[int, int]:
-        inside = speech[(speech >= start // hop) & (speech < -(-end // hop))]
-        if not trim or inside.numel() == 0:
-            return start, end
-        # Quiet edges shorter than _MIN_TRIM_SECONDS stay: they are part of the speech's own onset
-        # or decay, and moving a clean utterance's start by even 10 ms changes some of its transcripts.
-        keep = int(_MIN_TRIM_SECONDS * sample_rate)
-        first, last = int(inside[0]) * hop, (int(inside[-1]) + 1) * hop
-        return (first if first - start >= keep else start), (last if end - last >= keep else end)
-
-    if total <= int(max_seconds * sample_rate):
-        return [trimmed(0, total)]
-    quiet = (power <= level * 10 ** (PAUSE_DB / 10)).tolist()
-    cuts, run_start = [], None
-    for frame, is_quiet in enumerate(quiet + [False]):  # the False closes a run at the end
-        if is_quiet and run_start is None:
-            run_start = frame
-        elif not is_quiet and run_start is not None:
-            inside = run_start > 0 and frame < len(quiet)  # leading and trailing silence is trimmed, not cut
-            if inside and (frame - run_start) * hop >= min_pause * sample_rate:
-                cuts.append((run_start + frame) // 2 * hop)
-            run_start = None
-    pieces: list[tuple[int, int]] = []
-    for start, end in zip([0, *cuts], [*cuts, total]):
-        if pieces and end - start < _MIN_CHUNK_SECONDS * sample_rate:
-            pieces[-1] = (pieces[-1][0], end)
-        else:
-            pieces.append((start, end))
-    return [
-        trimmed(start + a, start + b)
-        for start, end in pieces
-        for a, b in split_at_quiet_points(waveform[start:end], sample_rate, max_seconds)
-    ]
-
-
-def _smoothed_energy(power: torch.Tensor, sample_rate: int) -> torch.Tensor:
-    """10 ms frame power `(F,)` averaged over ``_QUIET_WINDOW_SECONDS`` around each frame: `(F,)`."""
-    window = max(1, int(_QUIET_WINDOW_SECONDS * sample_rate) // _hop(sample_rate))
-    return F.avg_pool1d(power[None, None], window, stride=1, padding=window // 2, count_include_pad=False)[0, 0, : power.numel()]
-
-
-def is_silent(waveform: torch.Tensor, sample_rate: int, reference_dbfs: float | None = None) -> bool:
-    """Whether ``waveform`` `(N,)` holds no speech.
-
-    It does not when its loudest 10 ms frame (RMS, full scale 1.0) is under ``NO_SIGNAL_DBFS``
-    (nothing there), more than 45 dB under ``reference_dbfs`` (the loudest frame of the file it
-    comes from: a quiet stretch between speech), or under ``SILENCE_DBFS`` while its frame power
-    stays within ``_STEADY_DB`` (steady room noise, hum, a held tone; speech rises and falls more).
-    """
-    power = _frame_power(_without_offset(waveform), _hop(sample_rate))  # (F,)
-    loudest = _dbfs(power.max())
-    if loudest < NO_SIGNAL_DBFS or (reference_dbfs is not None and loudest < reference_dbfs + _QUIET_STRETCH_DB):
-        return True
-    if loudest >= SILENCE_DBFS:
-        return False
-    low, high = torch.quantile(power, torch.tensor([0.1, 0.95]))
-    return _dbfs(high) - _dbfs(low) < _STEADY_DB
-
-
-def _without_offset(waveform: torch.Tensor) -> torch.Tensor:
-    """``waveform`` `(N,)` less its mean when that is a real offset (over -40 dBFS); other audio as it
-    is: subtracting a recording's own small mean would put an offset into its digital silence."""
-    mean = waveform.mean() if waveform.numel() else waveform.new_zeros(())
-    return waveform - mean if float(mean.abs()) > _OFFSET else waveform
-
-
-def _dbfs(power: torch.Tensor) -> float:
-    return 10 * torch.log10(power + 1e-20).item()
-
-
-def _hop(sample_rate: int) -> int:
-    return max(1, sample_rate // 100)  # 10 ms frames
-
-
-def _frame_power(waveform: torch.Tensor, hop: int) -> torch.Tensor:
-    """Mean square of each whole ``hop``-sample frame of ``waveform`` `(N,)`: `(F,)`, at least one
-    frame (a waveform shorter than ``hop`` is one short frame)."""
-    frames = max(1, waveform.numel() // hop)
-    return waveform[: frames * hop].float().reshape(frames, -1).square().mean(1)
+_DEFAULT_MAX_CHUNK_SECONDS = 15.0  # the longest piece decoded at once, for a model that saved none
+_CHUNKS_PER_BATCH = 16  # chunks decoded together (of one file or of consecutive ones)
 
 
 @dataclass
@@ -403,104 +88,95 @@ class Transcript:
         }
 
 
-@dataclass
-class _File:
-    """A file read and cut into chunks, waiting for its chunks to be decoded."""
-
-    path: str
-    wave: torch.Tensor  # (N,)
-    spans: list[tuple[int, int]]  # chunks, sample ranges
-    silent: set[int]  # chunks left empty, not decoded
-    warnings: list[str]  # for the user: too quiet, no speech found
-
-    def chunk_samples(self, i: int) -> int:
-        return self.spans[i][1] - self.spans[i][0]
-
-
 class Transcriber:
-    """Loads a model once and transcribes files with it.
+    """A trained recognizer, transcribing audio files: the Python face of ``speech-attend
+    transcribe``, as :class:`show_attend.infer.caption.Captioning` is of ``show-attend caption``.
+    ``Transcriber.load(path, device=..., beam_size=...)`` loads one; this holds a loaded
+    :class:`~speech_attend.model.las.LAS`, the language model fused into its beam, and the decoding
+    settings it transcribes with (the model's, less those replaced).
 
     Args:
-        path (str or PathLike): a Lightning ``.ckpt`` or a folder written by ``export``.
-        beam_size (int or None, optional): overrides the saved beam size.
-        max_chunk_seconds (float or None, optional): longest piece decoded at once; by default
-            the longest training utterance saved with the model (15 s if unknown).
-        device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
+        model (LAS): a trained recognizer (:func:`load_recognizer`; :meth:`load` reads a model file or folder).
+        lm (CharLM or None, optional): a language model over the model's characters, fused with
+            ``lm_weight``. (Default: ``None``)
         trim (bool, optional): trim the quiet edges of every chunk before decoding. (Default: ``True``)
-        lm (str, PathLike or None, optional): a folder with a language model (``fit-lm --out``)
-            fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
-        lm_weight (float or None, optional): its weight, in [0, 2]; by default the saved one.
-        length_bonus (float or None, optional): added per character; by default the saved one.
-        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, in
-            [0, 1]; by default the saved one.
+        **decoding: settings that replace the model's :class:`DecodeConfig` (``beam_size``,
+            ``ctc_weight``, ``lm_weight``, ``length_bonus``, ``max_chunk_seconds``: the longest piece
+            decoded at once, by default the longest training utterance, 15 s if unknown; ...);
+            ``None`` keeps the model's.
+
+    Raises:
+        ValueError: a setting out of range, one the decoding settings do not have, or a language
+            model weight without a language model.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        beam_size: int | None = None,
-        max_chunk_seconds: float | None = None,
-        device: str | torch.device = "cpu",
-        trim: bool = True,
-        lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None,
-        length_bonus: float | None = None,
-        ctc_weight: float | None = None,
-    ):
-        check_device(device)  # the settings before the model loads
-        self.check_settings(beam_size, max_chunk_seconds, ctc_weight)
-        self.model = load_recognizer(path, device)
-        self.vocabulary, self.decoding = self.model.vocabulary, self.model.decoding
-        self.lm, self.decoding = _language_model(path, self.vocabulary, self.decoding, lm, lm_weight, length_bonus, device)
-        self.decoding, _ = _with_settings(self.decoding, beam_size=beam_size, ctc_weight=ctc_weight)
-        saved = self.decoding.max_chunk_seconds
-        self.max_chunk_seconds = max_chunk_seconds or saved or _DEFAULT_MAX_CHUNK_SECONDS
-        self.device, self.trim = device, trim
+    def __init__(self, model: LAS, lm: CharLM | None = None, trim: bool = True, **decoding):
+        self.check_settings(**decoding)
+        self.model, self.vocabulary, self.lm, self.trim = model, model.vocabulary, lm, trim
+        self.decoding = with_settings(model.decoding, **decoding)
+        if self.decoding.lm_weight > 0 and lm is None:
+            raise ValueError(f"--lm-weight {self.decoding.lm_weight:g} needs a language model (lm)")
 
     @classmethod
     def load(
         cls,
         path: str | os.PathLike | None = None,
         device: str | torch.device = "cpu",
-        beam_size: int | None = None,
-        max_chunk_seconds: float | None = None,
-        trim: bool = True,
         lm: str | os.PathLike | None = None,
-        lm_weight: float | None = None,
-        length_bonus: float | None = None,
-        ctc_weight: float | None = None,
+        trim: bool = True,
+        **decoding,
     ) -> Transcriber:
-        """Load a model from a ``.ckpt`` file or an exported folder; ``None``: the shipped model.
+        """Load a model from a ``.ckpt`` file or an exported folder (``None``: the shipped model).
 
-        The same as ``Transcriber(path, ...)``, read as ``show_attend``'s ``Captioning.load``.
+        Args:
+            path (str, PathLike or None): the model; ``None`` for :func:`shipped_model`. (Default: ``None``)
+            device (str or torch.device, optional): ``cpu``, ``cuda`` or ``cuda:N``. (Default: ``"cpu"``)
+            lm (str, PathLike or None, optional): a folder with a language model (``fit-lm --out``)
+                fused into the beam; by default the model folder's own, if it holds one (``export --lm``).
+            trim, **decoding: as for :class:`Transcriber`.
 
         Raises:
             ValueError: a device this machine lacks, or a setting out of range (before anything loads).
-            CheckpointError: the model cannot be loaded.
+            CheckpointError: the model or its language model cannot be loaded.
         """
-        return cls(
-            shipped_model() if path is None else path,
-            beam_size,
-            max_chunk_seconds,
-            device,
-            trim,
-            lm,
-            lm_weight,
-            length_bonus,
-            ctc_weight,
-        )
+        check_device(device)  # the settings before the model loads
+        cls.check_settings(**decoding)
+        path = shipped_model() if path is None else path
+        model = load_recognizer(path, device)
+        language_model = _language_model(path, model.vocabulary, with_settings(model.decoding, **decoding), lm, device)
+        return cls(model, language_model, trim, **decoding)
 
     @staticmethod
     def check_settings(
-        beam_size: int | None = None, max_chunk_seconds: float | None = None, ctc_weight: float | None = None
+        beam_size: int | None = None,
+        max_chunk_seconds: float | None = None,
+        ctc_weight: float | None = None,
+        lm_weight: float | None = None,
+        length_bonus: float | None = None,
+        **others,
     ) -> None:
-        """Raises ValueError naming the first setting out of range (as its command-line option)."""
+        """Raises ValueError naming the first setting out of range (as its command-line option);
+        ``others`` are checked by :class:`DecodeConfig` itself."""
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"--beam-size must be >= 1, got {beam_size}")
         if ctc_weight is not None and not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"--ctc-weight must be in [0, 1] (the CTC head's share of the rescoring score), got {ctc_weight:g}")
         if max_chunk_seconds is not None and not max_chunk_seconds > 0:
             raise ValueError(f"--max-chunk-seconds must be positive, got {max_chunk_seconds:g}")
+        if lm_weight is not None and not 0.0 <= lm_weight <= MAX_LM_WEIGHT:  # also refuses NaN
+            raise ValueError(f"--lm-weight must be in [0, {MAX_LM_WEIGHT:g}], got {lm_weight:g}")
+        if length_bonus is not None and not math.isfinite(length_bonus):
+            raise ValueError(f"--length-bonus must be a finite number, got {length_bonus:g}")
+        with_settings(DecodeConfig(), **others)
+
+    @property
+    def max_chunk_seconds(self) -> float:
+        """The longest piece decoded at once: the decoding settings', else 15 s."""
+        return self.decoding.max_chunk_seconds or _DEFAULT_MAX_CHUNK_SECONDS
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     @property
     def sample_rate(self) -> int:
@@ -552,27 +228,23 @@ class Transcriber:
         yield from self._decode_group(group)
 
     def _prepare(self, audio_path: str | os.PathLike) -> _File:
-        """Read a file and cut it into chunks; which chunks are silent."""
+        """Read a file and cut it into chunks (:func:`speech_attend.infer.pauses.chunk_audio`); which are silent."""
         wave = load_audio(audio_path, self.sample_rate)  # (N,)
-        wave = _without_offset(wave)  # a DC offset would hide the pauses and the rise and fall of speech
         if wave.numel() < self.model.min_samples():
             raise ValueError(
                 f"{audio_path}: audio of {wave.numel() / self.sample_rate:.3f} s is shorter than one listener frame; "
                 f"expected at least {self.model.min_samples() / self.sample_rate:.3f} s"
             )
-        spans = split_at_pauses(wave, self.sample_rate, self.max_chunk_seconds, trim=self.trim)
-        spans = _widen_short_chunks(spans, self.model.min_samples(), wave.numel())
-        loudest = _dbfs(_frame_power(wave, _hop(self.sample_rate)).max())
-        silent = {i for i, (a, b) in enumerate(spans) if is_silent(wave[a:b], self.sample_rate, loudest)}
+        chunks = chunk_audio(wave, self.sample_rate, self.max_chunk_seconds, self.model.min_samples(), self.trim)
         warnings = []
-        if NO_SIGNAL_DBFS <= loudest < QUIET_DBFS:
+        if NO_SIGNAL_DBFS <= chunks.loudest_dbfs < QUIET_DBFS:
             warnings.append(
-                f"{audio_path}: very quiet recording (its loudest 10 ms at {loudest:.0f} dBFS; speech is usually above "
-                "-40 dBFS): the transcript may be wrong or empty; record with more gain"
+                f"{audio_path}: very quiet recording (its loudest 10 ms at {chunks.loudest_dbfs:.0f} dBFS; speech is usually "
+                "above -40 dBFS): the transcript may be wrong or empty; record with more gain"
             )
-        elif len(silent) == len(spans):
+        elif len(chunks.silent) == len(chunks.spans):
             warnings.append(f"{audio_path}: no speech found (silence or steady noise); the transcript is empty")
-        return _File(str(audio_path), wave, spans, silent, warnings)
+        return _File(str(audio_path), chunks.wave, chunks.spans, chunks.silent, warnings)
 
     def _decode_group(self, group: list[_File | ValueError]) -> Iterator[Transcript | ValueError]:
         """Decode the spoken chunks of the group's files in batches, then assemble each file's transcript."""
@@ -644,25 +316,28 @@ class Transcriber:
             ]
         return Transcript(file.path, text, duration, len(file.spans), alignment, labels, warnings, segments)
 
-    def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike) -> Path:
-        """Write ``<out_dir>/<audio file stem>.png``: characters against time."""
+    def save_alignment(self, transcript: Transcript, out_dir: str | os.PathLike, name: str | None = None) -> Path:
+        """Write ``<out_dir>/<name>.png``: characters against time. ``name`` is the file's output
+        name (:func:`shared.io.outputs.output_names`); by default the audio file's stem."""
         from shared.evaluation.plots import save_alignment
 
-        path = Path(out_dir) / f"{Path(transcript.audio).stem}.png"
+        path = Path(out_dir) / f"{name or Path(transcript.audio).stem}.png"
         title = f"{Path(transcript.audio).name}: {transcript.text[:80]}"
         return save_alignment(transcript.alignment, path, transcript.labels, self.model.frame_seconds, title)
 
 
-def _widen_short_chunks(spans: list[tuple[int, int]], min_samples: int, total: int) -> list[tuple[int, int]]:
-    """Widen chunks shorter than one listener frame (a click trimmed to its 20 ms) around their middle,
-    within the ``total`` samples of the audio, so every chunk can be decoded."""
-    widened = []
-    for start, end in spans:
-        if end - start < min_samples:
-            start = min(max(0, (start + end - min_samples) // 2), total - min_samples)
-            end = start + min_samples
-        widened.append((start, end))
-    return widened
+@dataclass
+class _File:
+    """A file read and cut into chunks, waiting for its chunks to be decoded."""
+
+    path: str
+    wave: torch.Tensor  # (N,)
+    spans: list[tuple[int, int]]  # chunks, sample ranges
+    silent: set[int]  # chunks left empty, not decoded
+    warnings: list[str]  # for the user: too quiet, no speech found
+
+    def chunk_samples(self, i: int) -> int:
+        return self.spans[i][1] - self.spans[i][0]
 
 
 def _join_alignments(hyps, encoder_lengths: list[int], offsets: list[int], vocabulary) -> tuple[torch.Tensor, list[str]]:
@@ -685,3 +360,124 @@ def _join_alignments(hyps, encoder_lengths: list[int], offsets: list[int], vocab
     if not labels:
         labels = [""]
     return matrix, labels
+
+
+# ----------------------------------------------------------------------------- loading a model
+
+
+def shipped_model() -> Path:
+    """The shipped model's folder (what ``transcribe`` uses without ``--ckpt``).
+
+    Raises:
+        CheckpointError: it is not there (an install without the repository's ``models/``).
+    """
+    if not (SHIPPED_MODEL / "model.safetensors").is_file():
+        raise CheckpointError(f"{SHIPPED_MODEL}: the shipped model is not there; pass --ckpt with a model of your own")
+    return SHIPPED_MODEL
+
+
+def load_recognizer(path: str | os.PathLike, device: str | torch.device = "cpu") -> LAS:
+    """The model stored in a checkpoint or exported folder, in eval mode, with its
+    ``vocabulary`` and ``decoding`` settings.
+
+    Raises:
+        CheckpointError: unreadable, unsafe, or not a speech-attend model.
+    """
+    files = load_model_files(path, APP)  # CheckpointError names the file
+    try:
+        model = build_recognizer(files.hyper_parameters)
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{path}: not a speech-attend model config ({str(err).splitlines()[0]})") from None
+    try:
+        missing, unexpected = model.load_state_dict(files.state_dict, strict=False)
+    except RuntimeError as err:  # a weight of another shape
+        raise CheckpointError(f"{path}: weights do not fit the saved config ({_first_problem(err)})") from None
+    if missing or unexpected:
+        named = [
+            f"{len(keys)} {kind} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            for kind, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        ]
+        raise CheckpointError(f"{path}: weights do not fit the saved config: {'; '.join(named)}")
+    return model.to(device).eval()
+
+
+def _first_problem(err: RuntimeError) -> str:
+    """The first line of a ``load_state_dict`` error that says what is wrong, not its heading."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return next((line for line in lines[1:] if line), lines[0] if lines else "unreadable weights")
+
+
+def _language_model(
+    path: str | os.PathLike, vocabulary, decoding: DecodeConfig, lm: str | os.PathLike | None, device: str | torch.device
+) -> CharLM | None:
+    """The language model to fuse with ``decoding.lm_weight``: ``lm``, else the model folder's own, if any.
+
+    Raises:
+        ValueError: a weight over 0 without a language model. CheckpointError: the language
+            model's files are unreadable, or over other characters than the recognizer's.
+    """
+    folder = lm if lm is not None else path if has_lm(path) else None
+    if folder is None:
+        if decoding.lm_weight > 0:
+            raise ValueError(
+                f"--lm-weight {decoding.lm_weight:g} needs a language model, and {path} holds none: "
+                "pass --lm DIR (from speech-attend fit-lm) or a model exported with --lm"
+            )
+        return None
+    model, _ = load_lm(folder, vocabulary)
+    return model.to(device)
+
+
+# ----------------------------------------------------------------------------- exporting a model
+
+
+def export_model(
+    ckpt: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    lm: str | os.PathLike | None = None,
+    lm_weight: float | None = None,
+    length_bonus: float | None = None,
+    beam_size: int | None = None,
+    ctc_weight: float | None = None,
+    half: bool = False,
+) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` (settings, vocabulary; the feature
+    statistics are in the weights) to ``out_dir``; with ``lm``, or when ``ckpt`` is a folder
+    that holds one, also its language model (``lm.safetensors`` + ``lm.json``, in the
+    recognizer's character order), fused by default with ``lm_weight`` and ``length_bonus``,
+    saved in the decoding settings.
+
+    Args:
+        lm_weight (float or None, optional): by default ``DEFAULT_LM_WEIGHT`` for a new language
+            model, the saved weight for one that ``ckpt`` holds.
+        length_bonus (float or None, optional): by default the saved one (0 unless set).
+        beam_size (int or None, optional): beams, saved as ``transcribe``'s default; by default
+            the checkpoint's.
+        ctc_weight (float or None, optional): the CTC head's weight in the n-best rescoring, saved
+            as ``transcribe``'s default; by default the checkpoint's.
+        half (bool, optional): store the weights in float16 (half the size; loading widens them
+            back to float32). (Default: ``False``)
+
+    Raises:
+        CheckpointError: unreadable files, or a language model over other characters.
+        ValueError: ``lm_weight`` outside [0, 2], ``beam_size`` under 1, or ``ctc_weight`` outside [0, 1].
+    """
+    Transcriber.check_settings(beam_size, ctc_weight=ctc_weight, lm_weight=lm_weight, length_bonus=length_bonus)
+    model = load_recognizer(ckpt)
+    if lm is None and has_lm(ckpt):
+        lm = ckpt
+    elif lm is not None and lm_weight is None:
+        lm_weight = DEFAULT_LM_WEIGHT
+    decoding = with_settings(
+        model.decoding, lm_weight=lm_weight, length_bonus=length_bonus, beam_size=beam_size, ctc_weight=ctc_weight
+    )
+    language_model = _language_model(ckpt, model.vocabulary, decoding, lm, "cpu")
+    hparams = migrate_hyper_parameters(load_model_files(ckpt, APP).hyper_parameters)  # an export is written in the current layout
+    hparams["decoding"] = asdict(decoding)
+    state = {name: t.half() if half and t.is_floating_point() else t for name, t in model.state_dict().items()}
+    out = export_folder(out_dir, APP, state, hparams)
+    if language_model is not None:
+        record = {k: v for k, v in load_lm(lm)[1].items() if k not in ("lm", "vocabulary")}  # how it was trained
+        save_lm(out, language_model, model.vocabulary, record)
+    return out

@@ -5,4 +5,5 @@
 * :mod:`~speech_attend.model.speller` - the attention LSTM that writes characters.
 * :mod:`~speech_attend.model.las` - Listen, Attend and Spell with its CTC head: configs, forward, decode.
 * :mod:`~speech_attend.model.lm` - the character language model and the beam's weighted scorers.
+* :mod:`~speech_attend.model.migrations` - older model files read as today's.
 """

@@ -87,9 +87,6 @@ __all__ = [
 # the frame powers of the level step overflow, and such input is not audio but a broken file.
 MAX_AMPLITUDE = 1000.0
 
-# Models saved before the DC and level steps existed: their configs lack these fields, and they
-# must compute the features they were trained on (see ``FeatureConfig.from_saved``).
-_BEFORE_LEVEL_STEPS = {"remove_dc": False, "level_dbfs": None}
 _LEVEL_FRAME_MS = 10.0  # frames over which the speech level is measured
 _LEVEL_PERCENTILE = 0.95  # loud speech, whatever the share of pauses
 _LEVEL_FLOOR = 1e-10  # frame power (-100 dBFS) below which a waveform is not amplified further
@@ -98,7 +95,8 @@ _GRID_BITS = range(16, 7, -1)  # the bit depths whose rounding noise is subtract
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    """Feature settings; saved with the model, so inference computes the same features."""
+    """Feature settings; saved with the model, so inference computes the same features (a model saved
+    before a step existed keeps it off: :mod:`speech_attend.model.migrations`)."""
 
     sample_rate: int = 16000  # Hz; audio is resampled to this on reading
     n_mels: int = 80  # mel bands
@@ -137,13 +135,6 @@ class FeatureConfig:
             raise ValueError(f"colour_shrink must be in [0, 1], got {self.colour_shrink}")
         if self.colour_shrink > 0 and self.utterance_mean:
             raise ValueError("colour_shrink and utterance_mean both take out an utterance's colour; set one of them")
-
-    @classmethod
-    def from_saved(cls, saved: dict | None) -> FeatureConfig:
-        """The config of a saved model; one saved before the DC and level steps keeps them off."""
-        if saved is None:
-            return cls()
-        return cls(**{**_BEFORE_LEVEL_STEPS, **saved})
 
     @property
     def win_length(self) -> int:

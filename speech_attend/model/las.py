@@ -31,6 +31,7 @@ from shared.io.model_files import fingerprint
 from speech_attend.model.features import FeatureConfig, FeatureFrontend, SpecAugment
 from speech_attend.model.listener import Listener
 from speech_attend.model.lm import CharLM, Scorer, WeightedScorers, length_bonus_scorer, lm_scorer
+from speech_attend.model.migrations import migrate_hyper_parameters
 from speech_attend.model.pretrained_listener import PretrainedListener
 from speech_attend.model.speller import Speller, SpellerConfig
 from speech_attend.model.whisper import WhisperConfig, WhisperLogMel
@@ -63,7 +64,10 @@ LISTENERS = ("pblstm", "pretrained")
 
 @dataclass(frozen=True)
 class LASConfig:
-    """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`)."""
+    """Architecture of the recognizer (the feature settings are :class:`FeatureConfig`, the search's
+    :class:`DecodeConfig`). One level deep, as every config a model saves (:mod:`shared.io.config`):
+    the listener's, the pretrained encoder's and the speller's fields side by side, named by their
+    part; :attr:`encoder` and :attr:`speller` are those parts' own configs, read from them."""
 
     listener: str = (
         "pblstm"  # pblstm (Chan et al., from log-mel) or pretrained (Whisper's encoder, then the pyramid as its adapter)
@@ -148,7 +152,7 @@ class LAS(nn.Module):
         config (LASConfig): architecture.
         features (FeatureConfig): front-end settings.
         vocabulary (Vocabulary): the characters, specials included; the CTC blank is ``<pad>`` (id 0).
-        decoding (DecodeConfig, optional): how :meth:`decode` searches unless told otherwise. (Default: ``DecodeConfig()``)
+        decoding (DecodeConfig, optional): how :meth:`search` searches unless told otherwise. (Default: ``DecodeConfig()``)
     """
 
     blank_id = 0
@@ -337,7 +341,7 @@ class LAS(nn.Module):
         self,
         waveforms: torch.Tensor,
         lengths: torch.Tensor,
-        config: DecodeConfig | None = None,
+        decoding: DecodeConfig | None = None,
         beam_size: int | None = None,
         ctc_posteriors: list | None = None,
         lm: CharLM | None = None,
@@ -348,21 +352,21 @@ class LAS(nn.Module):
         Args:
             waveforms (torch.Tensor): `(B, N)`.
             lengths (torch.Tensor): `(B,)`.
-            config, beam_size, ctc_posteriors, lm: as :meth:`search` takes them.
+            decoding, beam_size, ctc_posteriors, lm: as :meth:`search` takes them.
             cached (tuple or None, optional): cached encoder states, as :meth:`encode` takes them.
 
         Returns:
             (list[Hypothesis], torch.Tensor): the best hypothesis per utterance and the listener lengths `(B,)`.
         """
         states, encoder_lengths = self.encode(waveforms, lengths, cached=cached)
-        return self.search(states, encoder_lengths, config, beam_size, ctc_posteriors, lm), encoder_lengths
+        return self.search(states, encoder_lengths, decoding, beam_size, ctc_posteriors, lm), encoder_lengths
 
     @torch.no_grad()
     def search(
         self,
         states: torch.Tensor,
         encoder_lengths: torch.Tensor,
-        config: DecodeConfig | None = None,
+        decoding: DecodeConfig | None = None,
         beam_size: int | None = None,
         ctc_posteriors: list | None = None,
         lm: CharLM | None = None,
@@ -376,31 +380,31 @@ class LAS(nn.Module):
         Args:
             states (torch.Tensor): listener states `(B, L, D)` (from :meth:`encode`).
             encoder_lengths (torch.Tensor): `(B,)`.
-            config (DecodeConfig or None, optional): search settings; ``None``: the model's own (``decoding``).
-            beam_size (int or None, optional): overrides ``config.beam_size``.
+            decoding (DecodeConfig or None, optional): search settings; ``None``: the model's own (``decoding``).
+            beam_size (int or None, optional): overrides ``decoding.beam_size``.
             ctc_posteriors (list or None, optional): with a CTC head, each utterance's CTC
                 log-probabilities `(L_b * u, V)` are appended to it (for word times and
                 confidence, :mod:`speech_attend.infer.timing`). (Default: ``None``)
             lm (CharLM or None, optional): a language model over this model's vocabulary, fused
-                with ``config.lm_weight``; without one, ``lm_weight`` is not used. (Default: ``None``)
+                with ``decoding.lm_weight``; without one, ``lm_weight`` is not used. (Default: ``None``)
 
         Returns:
             list[Hypothesis]: the best hypothesis per utterance (``attention`` `(len, L)`, ``token_scores``).
         """
-        config = self.decoding if config is None else config
+        decoding = self.decoding if decoding is None else decoding
         sos, eos = self.vocabulary.sos_id, self.vocabulary.eos_id
-        beam = config.beam_size if beam_size is None else beam_size
+        beam = decoding.beam_size if beam_size is None else beam_size
         memory, state = self.speller.start(states, encoder_lengths)  # one memory row serves the K beams
-        max_len = (encoder_lengths.float() * config.max_len_ratio).ceil().long() + 1  # +1 for <eos>
-        rescore = self.ctc_head is not None and config.ctc_weight > 0
+        max_len = (encoder_lengths.float() * decoding.max_len_ratio).ceil().long() + 1  # +1 for <eos>
+        rescore = self.ctc_head is not None and decoding.ctc_weight > 0
         batch, device = states.size(0), states.device
         scorers = WeightedScorers(
             {  # name -> weight, step function, initial state: one entry per scorer
                 "attention": Scorer(1.0, self.speller.step, state),
                 "lm": lm_scorer(
-                    lm, config.lm_weight, batch, device, config.lm_bfloat16
+                    lm, decoding.lm_weight, batch, device, decoding.lm_bfloat16
                 ),  # without a language model: weight 0, left out
-                "length": length_bonus_scorer(config.length_bonus, self.vocab_size, eos, batch, device),
+                "length": length_bonus_scorer(decoding.length_bonus, self.vocab_size, eos, batch, device),
             }
         )
         with native_cpu_kernels():
@@ -412,10 +416,10 @@ class LAS(nn.Module):
                 sos,
                 eos,
                 max_len,
-                length_penalty=config.length_penalty,
+                length_penalty=decoding.length_penalty,
                 nbest=beam if rescore else 1,
                 memory=memory,
-                max_repeats=config.max_repeats,
+                max_repeats=decoding.max_repeats,
                 never=self.vocabulary.never_written,
             )
         if self.ctc_head is not None and (rescore or ctc_posteriors is not None):
@@ -423,14 +427,14 @@ class LAS(nn.Module):
             if ctc_posteriors is not None:
                 ctc_posteriors.extend(log_probs[b, : ctc_lengths[b]] for b in range(batch))
         if rescore:
-            results = [self._rescore(hyps, log_probs[b, : ctc_lengths[b]], config, scorers) for b, hyps in enumerate(results)]
+            results = [self._rescore(hyps, log_probs[b, : ctc_lengths[b]], decoding, scorers) for b, hyps in enumerate(results)]
         best = [hyps[0] for hyps in results]
         for hyp in best:  # confidences read the speller alone, not the language model or the length bonus
             hyp.token_scores = hyp.part_scores[scorers.decoder][: len(hyp.tokens)]
         return best
 
     def _rescore(
-        self, hyps: list[Hypothesis], log_probs: torch.Tensor, config: DecodeConfig, scorers: WeightedScorers
+        self, hyps: list[Hypothesis], log_probs: torch.Tensor, decoding: DecodeConfig, scorers: WeightedScorers
     ) -> list[Hypothesis]:
         """Re-rank one utterance's n-best by ``(1 - w) log p_att + w log p_ctc`` plus the other
         scorers' weighted scores (language model, length bonus), length-normalised.
@@ -442,7 +446,7 @@ class LAS(nn.Module):
         Args:
             hyps (list[Hypothesis]): the n-best of one utterance, from a search with ``scorers``.
             log_probs (torch.Tensor): its CTC log-probabilities `(T, V)`.
-            config (DecodeConfig): ``ctc_weight`` and ``length_penalty``.
+            decoding (DecodeConfig): ``ctc_weight`` and ``length_penalty``.
             scorers (WeightedScorers): the search's scorers.
         """
         others = scorers.others(hyps)  # the language model and length bonus, weighted
@@ -461,8 +465,8 @@ class LAS(nn.Module):
         rescored = []
         for hyp, nll, other in zip(hyps, ctc_nll.tolist(), others):
             attention = sum(hyp.part_scores[scorers.decoder])  # log p_att(y | x), its <eos> included where finished
-            score = (1 - config.ctc_weight) * attention - config.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
-            normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), config.length_penalty)
+            score = (1 - decoding.ctc_weight) * attention - decoding.ctc_weight * (nll if math.isfinite(nll) else 1e4) + other
+            normalized = length_normalized(score, len(hyp.tokens) + int(hyp.finished), decoding.length_penalty)
             rescored.append(replace(hyp, score=score, normalized_score=normalized))
         return sorted(rescored, key=lambda h: h.normalized_score, reverse=True)
 
@@ -471,15 +475,14 @@ def build_recognizer(hparams: dict) -> LAS:
     """The model (untrained) that saved hyper-parameters describe, with its vocabulary and decoding settings.
 
     Args:
-        hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s.
+        hparams (dict): a checkpoint's ``hyper_parameters`` or an exported ``config.json``'s, of
+            any layout this code saved (:mod:`speech_attend.model.migrations`).
 
     Raises:
         ValueError: no vocabulary, or settings these classes do not know.
     """
     if not hparams.get("vocabulary"):
         raise ValueError("the model config has no vocabulary; was it saved by speech-attend?")
-    vocabulary = Vocabulary(hparams["vocabulary"])
-    features = hparams.get("features")
-    features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
-    las = as_dataclass(LASConfig, hparams.get("las"))
-    return LAS(las, features, vocabulary, as_dataclass(DecodeConfig, hparams.get("decoding")))
+    hparams = migrate_hyper_parameters(hparams)  # an older layout read as today's
+    configs = [as_dataclass(cls, hparams.get(key)) for cls, key in ((LASConfig, "las"), (FeatureConfig, "features"))]
+    return LAS(*configs, Vocabulary(hparams["vocabulary"]), as_dataclass(DecodeConfig, hparams.get("decoding")))

@@ -33,8 +33,9 @@ from torch import nn
 from shared import Attention, Memory, build_score
 from shared.lstm import LSTMLayer
 from shared.recurrence import Recurrence
+from speech_attend.model.migrations import speller_from_lstm_cells
 
-__all__ = ["SpellerConfig", "Speller", "SpellerState", "from_lstm_cells"]
+__all__ = ["SpellerConfig", "Speller", "SpellerState"]
 
 # (hidden (B, layers, H), cell (B, layers, H), context (B, D_enc), weights (B, L)); every
 # tensor has the batch first, as shared.beam_search reorders state along dim 0.
@@ -69,7 +70,7 @@ class Speller(nn.Module):
         config (SpellerConfig, optional): sizes, attention, dropout. (Default: ``SpellerConfig()``)
 
     Checkpoints from before the shared LSTM step (``cells.*``, :class:`torch.nn.LSTMCell`'s
-    parameters) load through :func:`_from_lstm_cells`.
+    parameters) load through :func:`speech_attend.model.migrations.speller_from_lstm_cells`.
     """
 
     def __init__(self, vocab_size: int, encoder_dim: int, config: SpellerConfig = SpellerConfig()):
@@ -98,7 +99,7 @@ class Speller(nn.Module):
             nn.Dropout(config.dropout), nn.Linear(hidden + encoder_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size)
         )
         self.dropout = nn.Dropout(config.dropout)
-        self._register_load_state_dict_pre_hook(_from_lstm_cells)
+        self._register_load_state_dict_pre_hook(speller_from_lstm_cells)
 
     @torch.no_grad()
     def _init_gates(self) -> None:
@@ -237,32 +238,3 @@ class Speller(nn.Module):
             predicted = torch.zeros(features.size(0), dtype=torch.long, device=features.device)
             predicted[rows] = self.output(features[rows]).argmax(-1)
         return self.embed_to_gates(self.embedding(predicted))
-
-
-def _from_lstm_cells(state_dict: dict, prefix: str, *_) -> None:
-    """Load-time key map from the speller's ``nn.LSTMCell`` layout (``cells.{k}.weight_ih``,
-    ``weight_hh``, ``bias_ih``, ``bias_hh``) to the shared step's: the first cell's character
-    columns become ``embed_to_gates`` (with both biases summed), the rest of each cell's input
-    weights sit beside its recurrent ones in ``lstm.{k}.weight``. The values are the same sums."""
-    if f"{prefix}cells.0.weight_ih" in state_dict:
-        embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
-        state_dict.update(from_lstm_cells(state_dict, prefix, embedding_dim, lambda ih, hh: ih + hh))
-
-
-def from_lstm_cells(tensors: dict, prefix: str, embedding_dim: int, join_biases) -> dict:
-    """The shared step's tensors from the ``nn.LSTMCell`` layout's, popped from ``tensors``: the
-    weights as :func:`_from_lstm_cells` maps them, the two biases joined by ``join_biases``
-    (their sum for the values; either one for an optimiser's moments, as both get the same gradient)."""
-    mapped, layer = {}, 0
-    while f"{prefix}cells.{layer}.weight_ih" in tensors:
-        old = {name: tensors.pop(f"{prefix}cells.{layer}.{name}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
-        weight_ih, bias = old["weight_ih"], join_biases(old["bias_ih"], old["bias_hh"])
-        if layer == 0:
-            mapped[f"{prefix}embed_to_gates.weight"] = weight_ih[:, :embedding_dim].contiguous()
-            mapped[f"{prefix}embed_to_gates.bias"] = bias
-            weight_ih = weight_ih[:, embedding_dim:]
-        else:
-            mapped[f"{prefix}lstm.{layer}.bias"] = bias
-        mapped[f"{prefix}lstm.{layer}.weight"] = torch.cat([weight_ih, old["weight_hh"]], 1)
-        layer += 1
-    return mapped

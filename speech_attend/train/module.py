@@ -34,7 +34,6 @@ from torch.nn import functional as F
 
 from shared import Vocabulary, lengths_to_mask
 from shared.io.config import as_dataclass
-from shared.io.model_files import CheckpointError
 from shared.training.guards import zero_loss
 from shared.training.module import AttendModule
 from shared.training.schedule import OptimizerConfig, with_schedule
@@ -42,10 +41,12 @@ from speech_attend.data.dataset import Batch
 from speech_attend.evaluate.metrics import speech_metrics
 from speech_attend.model.features import FeatureConfig
 from speech_attend.model.las import LAS, DecodeConfig, LASConfig, build_recognizer
-from speech_attend.model.speller import from_lstm_cells
+from speech_attend.model.migrations import migrate_hyper_parameters, optimizer_states_from_lstm_cells, training_colour_from_model
 from speech_attend.model.whisper_weights import load_whisper_encoder
 
 __all__ = ["RecognizerModule"]
+
+_CONFIGS = ((LASConfig, "las"), (FeatureConfig, "features"), (DecodeConfig, "decoding"))  # the model's, as hparams name them
 
 
 class RecognizerModule(AttendModule):
@@ -85,6 +86,7 @@ class RecognizerModule(AttendModule):
 
     app = "speech-attend"
     output_field, output_noun = "text", "transcripts"  # what the collapse measures read and name
+    migrate_hyper_parameters = staticmethod(migrate_hyper_parameters)  # an older checkpoint's, for --ckpt_path
 
     def __init__(
         self,
@@ -108,9 +110,8 @@ class RecognizerModule(AttendModule):
         super().__init__()
         if not vocabulary:
             raise ValueError("the recognizer needs a vocabulary (a list of characters), normally linked from the data module")
-        las = as_dataclass(LASConfig, las)
-        features = FeatureConfig.from_saved(features) if isinstance(features, dict) else as_dataclass(FeatureConfig, features)
-        decoding = as_dataclass(DecodeConfig, decoding)
+        saved = migrate_hyper_parameters({"las": las, "features": features, "decoding": decoding})  # dicts as saved
+        las, features, decoding = (as_dataclass(cls, saved[key]) for cls, key in _CONFIGS)
         if not 0.0 <= ctc_weight <= 1.0 or not 0.0 <= (ctc_weight if ctc_weight_final is None else ctc_weight_final) <= 1.0:
             raise ValueError(f"ctc weights must be in [0, 1], got {ctc_weight} and {ctc_weight_final}")
         if not 0.0 <= consistency_weight <= 10.0:
@@ -179,8 +180,9 @@ class RecognizerModule(AttendModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
-        _optimizer_states_from_lstm_cells(checkpoint, self)  # runs saved before the shared LSTM step resume too
-        _training_colour_from_model(checkpoint, self)  # weights saved without a colour shrink start one
+        parameters = [name for name, _ in self.named_parameters()]
+        optimizer_states_from_lstm_cells(checkpoint, parameters)  # runs saved before the shared LSTM step resume too
+        training_colour_from_model(checkpoint, self.model.frontend.colour)  # weights saved without a colour shrink start one
 
     def _progress(self) -> float:
         """Fraction of training done; 1 outside ``fit`` (validate/test use the final weights)."""
@@ -356,44 +358,3 @@ class RecognizerModule(AttendModule):
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
         self._last_step_time = None  # the next step's time would include validation
-
-
-def _optimizer_states_from_lstm_cells(checkpoint: dict, module: RecognizerModule) -> None:
-    """Map an optimiser state saved with the speller's ``nn.LSTMCell`` parameters onto today's
-    (the weights themselves are mapped on load, :func:`speech_attend.model.speller.from_lstm_cells`):
-    Adam's moments are split and joined as the weights are, in the order of today's parameters."""
-    prefix = "model.speller."
-    state_dict = checkpoint.get("state_dict", {})
-    if f"{prefix}cells.0.weight_ih" not in state_dict:
-        return
-    names = [name for name, _ in module.named_parameters()]
-    parameters = set(names)
-    saved_names = [key for key in state_dict if key.startswith(f"{prefix}cells.") or key in parameters]
-    embedding_dim = state_dict[f"{prefix}embedding.weight"].size(1)
-    for optimizer in checkpoint.get("optimizer_states", []):
-        groups = optimizer["param_groups"]
-        if len(groups) != 1 or len(groups[0]["params"]) != len(saved_names):
-            raise CheckpointError("--ckpt_path: the optimiser state does not match the model it was saved with")
-        position = {index: k for k, index in enumerate(groups[0]["params"])}  # state key -> place in the group
-        by_name = {saved_names[position[i]]: state for i, state in optimizer["state"].items()}
-        step = max(state["step"] for state in by_name.values())  # every parameter is updated at every step
-        moments = {field: {name: state[field] for name, state in by_name.items()} for field in ("exp_avg", "exp_avg_sq")}
-        for tensors in moments.values():
-            tensors.update(from_lstm_cells(tensors, prefix, embedding_dim, lambda ih, hh: ih))  # both biases get one gradient
-        optimizer["state"] = {
-            i: {"step": step.clone(), "exp_avg": moments["exp_avg"][name], "exp_avg_sq": moments["exp_avg_sq"][name]}
-            for i, name in enumerate(names)
-            if name in moments["exp_avg"]
-        }
-        groups[0]["params"] = list(range(len(names)))
-
-
-def _training_colour_from_model(checkpoint: dict, module: RecognizerModule) -> None:
-    """A model that shrinks colours, started from weights saved without: its training colour
-    starts uncomputed (``fit`` computes it before the first step; see ``FeatureFrontend``)."""
-    colour = module.model.frontend.colour
-    state = checkpoint.get("state_dict", {})
-    if colour is None or "model.frontend.colour.mean" in state:
-        return
-    for name, buffer in colour.named_buffers():
-        state[f"model.frontend.colour.{name}"] = torch.zeros_like(buffer)
