@@ -545,7 +545,3 @@ def test_a_transcriber_of_a_loaded_model_decodes_with_its_settings_less_those_re
         Transcriber(model, beams=2)
     with pytest.raises(ValueError, match="--lm-weight 0.5 needs a language model"):
         Transcriber(model, lm_weight=0.5)
-
-
-def test_a_path_given_to_the_transcriber_is_loaded_as_load_loads_it(random_model):
-    assert Transcriber(random_model, beam_size=1).decoding == Transcriber.load(random_model, beam_size=1).decoding
