@@ -126,7 +126,7 @@ def _force_length(log_probs: torch.Tensor, ending: torch.Tensor, eos: int) -> to
 
 
 def decode(decoder: Decoder, features: torch.Tensor, lengths: torch.Tensor, cfg: BenchConfig):
-    """The captioner's batched beam search (as in Captioner.generate), with caption lengths
+    """The captioner's batched beam search (as in Captioner.search), with caption lengths
     fixed per image: an untrained model would otherwise stop at once or never, and the
     benchmark should decode captions of realistic length (10-22 tokens)."""
     memory, (h, c) = decoder.start(features)  # one memory row serves all beams of an image

@@ -12,7 +12,7 @@ each beam in turn (alternated, so a host that speeds up or slows down weighs on 
   part that the beam and the model decide.
 
 The target is a command under 3 s. Host speed moves both by a third between machines and within
-a session, so compare beams (or revisions) only within one run of this script.
+an hour, so compare beams (or revisions) only within one run of this script.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ longer run of it would give, not what it gives per step. ``--plot-only`` rebuild
 plot from runs already there.
 
 One seed draws one set of first weights and one order of batches, and two seeds can differ at a
-few thousand steps by more than two candidates do (docs/BENCHMARKS.md, "Seeds"): before calling
+few thousand steps by more than two candidates do (docs/BENCHMARKS.md, "Recipe search: the history of the shipped recognizer"): before calling
 a winner, repeat the pair on another seed (``--seed 1 --out outputs/search_seed1``).
 """
 

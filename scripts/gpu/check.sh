@@ -6,7 +6,7 @@
 # wheels, into .whl/), copy .whl/ along with the working tree, then on the CUDA machine:
 #   bash scripts/gpu/check.sh        (installs the wheels of .whl/ when the packages are missing)
 # Rehearsal on a CPU (toy sizes, every stage and file):
-#   OUT=/tmp/gpu_check_out PYTHON=/tmp/gpuvenv/bin/python3 GPU_CHECK_DEVICE=cpu GPU_CHECK_TINY=1 \
+#   OUT=outputs/gpu_check_rehearsal PYTHON=.venv/bin/python GPU_CHECK_DEVICE=cpu GPU_CHECK_TINY=1 \
 #     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu/check.sh        (GPU_CHECK_SCALE=N: every limit N times longer)
 #
 # Stages, the most valuable evidence first; each has its own time limit, and all of them share
@@ -31,7 +31,7 @@ TINY=${GPU_CHECK_TINY:-0}              # 1: toy sizes (with DEVICE=cpu)
 BUDGET=${GPU_CHECK_BUDGET:-450}        # seconds for all stages
 SCALE=${GPU_CHECK_SCALE:-1}            # every time limit times this (a rehearsal on a busy CPU)
 WORK=${GPU_CHECK_WORK:-/tmp/gpu_check} # data and runs (large; not under $OUT)
-SITE=${GPU_CHECK_SITE:-/tmp/site}      # where the carried wheels are installed
+SITE=${GPU_CHECK_SITE:-/tmp/site}      # where the wheels of .whl/ are installed
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

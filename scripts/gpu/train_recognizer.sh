@@ -7,7 +7,7 @@
 # wheels, into .whl/), copy .whl/ along with the working tree, then on the CUDA machine:
 #   bash scripts/gpu/train_recognizer.sh        (installs the wheels of .whl/ when the packages are missing)
 # Rehearsal on a CPU (a tiny corpus, about a minute of training):
-#   OUT=/tmp/gpu_train_out PYTHON=/tmp/gpuvenv/bin/python3 GPU_TRAIN_DEVICE=cpu GPU_TRAIN_TINY=1 \
+#   OUT=outputs/gpu_train_rehearsal PYTHON=.venv/bin/python GPU_TRAIN_DEVICE=cpu GPU_TRAIN_TINY=1 \
 #     OMP_NUM_THREADS=1 nice -n 15 bash scripts/gpu/train_recognizer.sh    (GPU_TRAIN_SCALE=N: limits N times longer)
 #
 # Stages, all within GPU_TRAIN_BUDGET seconds (default 500), each under its own limit:
@@ -31,7 +31,7 @@ TINY=${GPU_TRAIN_TINY:-0}               # 1: a tiny corpus and about a minute of
 BUDGET=${GPU_TRAIN_BUDGET:-500}         # seconds for all stages
 SCALE=${GPU_TRAIN_SCALE:-1}             # every time limit times this (a rehearsal on a busy CPU)
 WORK=${GPU_TRAIN_WORK:-/tmp/gpu_train}  # corpus, dev groups and the run (large; not under $OUT)
-SITE=${GPU_CHECK_SITE:-/tmp/site}       # where the carried wheels are installed
+SITE=${GPU_CHECK_SITE:-/tmp/site}       # where the wheels of .whl/ are installed
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

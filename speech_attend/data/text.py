@@ -14,7 +14,7 @@ Policy of :func:`normalize_text`, in order:
 
 Characters that survive the normaliser but lie outside a model's alphabet are a separate
 decision: :func:`map_out_of_vocabulary` drops them or raises, as the caller chooses
-(:class:`speech_attend.data.dataset.SpeechDataModule` applies it to validation and test transcripts,
+(:class:`speech_attend.train.datamodule.SpeechDataModule` applies it to validation and test transcripts,
 with the alphabet of the training text; option ``oov_policy``).
 """
 

@@ -116,7 +116,7 @@ def split_at_pauses(
     (power over ``SPEECH_DB`` under the speech level); a chunk without speech is kept whole, for
     :func:`is_silent` to find.
 
-    ``scripts/long_audio_check.py`` measures what this gives on long files (docs/BENCHMARKS.md).
+    ``speech-attend evaluate --conditions long`` measures what this gives on long files (docs/BENCHMARKS.md).
 
     Args:
         waveform (torch.Tensor): `(N,)`.

@@ -13,7 +13,7 @@ times from one of two alignments of the characters the model chose:
   slot that emits its first character and ends after the last slot of its last character.
 
 ``Word.start``/``Word.end`` are the ``ctc`` times where there is a CTC head (what
-``scripts/timing_check.py`` found closer to the true times, docs/BENCHMARKS.md), the
+``speech-attend evaluate --conditions timing`` found closer to the true times, docs/BENCHMARKS.md), the
 ``attention`` times otherwise; both stay in :attr:`Word.attention` and :attr:`Word.ctc`.
 
 Confidence is the mean log-probability of a word's (or a segment's) characters under the

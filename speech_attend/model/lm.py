@@ -56,7 +56,7 @@ APP = "speech-attend"
 LM_FILES = ("lm.safetensors", "lm.json")  # beside model.safetensors / config.json in an exported folder
 MAX_LM_WEIGHT = 2.0  # --lm-weight is in [0, MAX_LM_WEIGHT]: beyond it the language model drowns the audio
 DEFAULT_LM_WEIGHT = (
-    0.3  # what export --lm saves unless told (ESPnet's LibriSpeech setting); choose it on dev (scripts/tune_lm.py)
+    0.3  # what export --lm saves unless told (ESPnet's LibriSpeech setting); choose it on dev (speech-attend tune)
 )
 
 

@@ -9,9 +9,9 @@ Supervision", section 2.2 and Figure 1), a listener pretrained on 680,000 hours 
 
 Whisper saw every input padded or cut to 30 s (3,000 frames, 1,500 states). Here an utterance
 is encoded at its own length, its padding masked out of every attention and convolution, so a
-clip in a batch gives the states it gives alone (docs/BENCHMARKS.md measures this choice against
-padding to 30 s). Its layers are named as in Whisper's ``model.py``; the weights come from a
-converted CTranslate2 model (:mod:`speech_attend.model.ctranslate2_weights`).
+clip in a batch gives the states it gives alone (``python -m scripts.benchmarks.short_inputs``
+measures this choice against padding to 30 s). Its layers are named as in Whisper's ``model.py``;
+the weights come from a converted CTranslate2 model (:mod:`speech_attend.model.whisper_weights`).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def fit_lm(
 
     Adam with a short warm-up and a learning rate that falls linearly to a tenth over the
     budget (in time, or in steps when ``max_steps`` comes first), gradients clipped at 1.
-    Ctrl-C or SIGTERM (a session's end) stops it after the current update, and the model
+    Ctrl-C or SIGTERM (what a scheduler sends before it ends a job) stops it after the current update, and the model
     trained so far is returned (``stopped`` in the record).
 
     Args:
