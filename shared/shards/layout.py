@@ -35,6 +35,7 @@ __all__ = [
     "join",
     "read_file",
     "check_vocabulary",
+    "require_litdata",
 ]
 
 MARKER = "attend.json"
@@ -46,6 +47,14 @@ UNREADABLE = "unreadable"  # the key of an item LitData could not read back: {"u
 
 class ShardError(ValueError):
     """A shard folder that cannot be used; the message names it and says what was expected."""
+
+
+def require_litdata() -> None:
+    """Shards are written and read by LitData, an optional dependency: say so in one line when it is missing."""
+    try:
+        import litdata  # noqa: F401
+    except ImportError:
+        raise ShardError("shards are written and read by LitData, which is not installed: pip install 'attend[shards]'") from None
 
 
 def is_url(location: str) -> bool:
@@ -68,6 +77,7 @@ def read_file(location: str, name: str) -> bytes | None:
             return Path(path).read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+    require_litdata()
     from litdata.streaming.fs_provider import _get_fs_provider  # LitData's clients for s3, gs, r2
 
     provider = _get_fs_provider(path)

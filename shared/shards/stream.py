@@ -30,18 +30,22 @@ Evaluation (:class:`ShardItems`)
 from __future__ import annotations
 
 import random
+import struct
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from litdata import StreamingDataLoader, StreamingDataset
 from torch.utils.data import Dataset
 
 from shared.training.bad_samples import BadSample
 
-from .layout import UNREADABLE, ShardError
+from .layout import UNREADABLE, ShardError, require_litdata
+
+require_litdata()
+from litdata import StreamingDataLoader, StreamingDataset  # noqa: E402
 
 __all__ = ["ShardStream", "ShardItems", "equal_counts"]
 
@@ -53,7 +57,7 @@ class _Split(StreamingDataset):
     def __getitem__(self, index):
         try:
             return super().__getitem__(index)
-        except (OSError, ValueError, RuntimeError, KeyError, IndexError, EOFError) as err:
+        except (OSError, ValueError, RuntimeError, KeyError, IndexError, EOFError, struct.error) as err:
             number = getattr(index, "index", index)
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             return {UNREADABLE: reason, "where": f"{self.input_dir.url or self.input_dir.path} item {number}"}
@@ -188,10 +192,15 @@ class ShardStream:
                 "complete": complete,
             }
 
+    def _layout(self) -> dict[str, int]:
+        """The ranks and loader processes a position holds for: each reads its own windows."""
+        ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        return {"ranks": ranks, "workers": self.loader.num_workers}
+
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch stands: the LitData loader's state before the current window, the window's
         number, the batches of it trained on; ``complete`` once the epoch's last batch was taken."""
-        return {"fingerprint": self.fingerprint, **self._position}
+        return {"fingerprint": self.fingerprint, **self._layout(), **self._position}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from ``state`` (from a checkpoint) at the next iteration.
@@ -205,7 +214,20 @@ class ShardStream:
                 f"{str(state.get('fingerprint'))[:12]}, these are {self.fingerprint[:12]}); expected the shards the run was "
                 "trained on"
             )
-        self._pending = None if state.get("complete") else dict(state)
+        layout = self._layout()
+        saved = {key: state.get(key) for key in layout}
+        if state.get("complete"):
+            self._pending = None
+        elif saved != layout:  # other ranks or loader processes read other windows: the position means nothing here
+            warnings.warn(
+                f"{self.location}: the checkpoint's data position was saved with {saved['ranks']} ranks and "
+                f"{saved['workers']} loader processes, this run has {layout['ranks']} and {layout['workers']}; "
+                f"epoch {state['epoch']} starts again from its first batch",
+                stacklevel=2,
+            )
+            self._pending = {**state, "window": None, "window_index": 0, "batches": 0}
+        else:
+            self._pending = dict(state)
 
     # ------------------------------------------------------------------ batches
 

@@ -15,8 +15,10 @@ import hashlib
 import json
 import multiprocessing
 import os
+import queue
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -29,7 +31,7 @@ from typing import Any
 
 from shared.training.writes import WriteError, replacing
 
-from .layout import FORMAT, MARKER, ShardError, is_url, join, read_file
+from .layout import FORMAT, MARKER, ShardError, is_url, join, read_file, require_litdata
 
 __all__ = ["fingerprint", "file_state", "up_to_date", "write_shards", "DEFAULT_CHUNK_MB"]
 
@@ -78,7 +80,13 @@ class _Counted:
     def __call__(self, example: Any) -> dict:
         from litdata.types import Text
 
-        item = {key: Text(text=value) if isinstance(value, str) else value for key, value in self.pack(example).items()}
+        try:
+            packed = self.pack(example)
+        except Exception as err:  # an input that cannot be read: reported at once (see _optimize_here)
+            if _reports is not None:
+                _reports.put(_cause(err))
+            raise
+        item = {key: Text(text=value) if isinstance(value, str) else value for key, value in packed.items()}
         with self.counter.get_lock():
             self.counter.value += 1
         return item
@@ -111,18 +119,93 @@ def _progress(total: int, show: bool, label: str) -> Iterator[Any]:
             bar.close()
 
 
-@contextmanager
-def _own_children() -> Iterator[None]:
-    """Stop the writing processes ``litdata.optimize`` leaves running when one of them fails."""
-    before = {child.pid for child in multiprocessing.active_children()}
+class _WriterFailed(OSError):
+    """What stopped ``litdata.optimize``: the ``errno`` (if any) and the last line of its error."""
+
+
+def _cause(err: BaseException) -> tuple[int | None, str]:
+    """``(errno or None, reason)`` of an error of ``litdata.optimize``, which reports a writing
+    process's error as a ``RuntimeError`` holding that process's traceback."""
+    text = str(err).strip()
+    found = _ERRNO.search(text)
+    code = int(found.group(1)) if found else getattr(err, "errno", None)
+    if code:
+        reason = os.strerror(code)
+        return code, reason[0].lower() + reason[1:]
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("File ")]
+    return None, lines[-1] if lines else type(err).__name__
+
+
+_reports = None  # in the writing processes: where a failure is reported to the program
+
+
+def _report_failures(method):
+    """``method`` (a LitData writer's), reporting the error that stops it before raising it."""
+
+    def reporting(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except Exception as err:
+            _reports.put(_cause(err))
+            raise
+
+    return reporting
+
+
+def _optimize_here(reports, options: dict) -> None:
+    """In the forked process: ``litdata.optimize`` at the head of a process group of its own. Its
+    writers report a failure at once: LitData itself waits forever for a worker whose last chunk
+    could not be written, once every item was counted."""
+    global _reports
+    os.setpgid(0, 0)
+    _reports = reports
     try:
-        yield
-    except BaseException:
-        for child in multiprocessing.active_children():
-            if child.pid not in before:
-                child.terminate()
-                child.join(5)
-        raise
+        import litdata
+        from litdata.streaming.writer import BinaryWriter
+
+        for name in ("add_item", "done"):  # every chunk and index a worker writes goes through these
+            setattr(BinaryWriter, name, _report_failures(getattr(BinaryWriter, name)))
+        litdata.optimize(**options)
+        reports.put(None)
+    except BaseException as err:  # noqa: B036 (reported to the program, whatever it was)
+        reports.put(_cause(err))
+    finally:
+        reports.close()
+        reports.join_thread()
+        os._exit(0)  # nothing of the program's (its exit handlers, a test runner) runs again in this copy
+
+
+def _optimize(options: dict) -> None:
+    """``litdata.optimize(**options)`` in a process group of its own, ended whole afterwards.
+
+    When one of its writing processes fails, LitData raises (or waits) but leaves processes running
+    that keep the program's output open and never end; the group ends them all.
+
+    Raises:
+        _WriterFailed: what stopped the writing.
+    """
+    context = multiprocessing.get_context("fork")  # the counter and the packing function are inherited
+    reports = context.Queue()
+    process = context.Process(target=_optimize_here, args=(reports, options))
+    process.start()
+    try:
+        while True:
+            try:
+                outcome = reports.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if not process.is_alive() and reports.empty():
+                    outcome = (None, f"the writing process ended with code {process.exitcode}")
+                    break
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # what is left of the group: nothing when all went well
+        except ProcessLookupError:
+            pass
+        process.join()
+    if outcome is not None:
+        code, reason = outcome
+        raise _WriterFailed(code, reason)
 
 
 @contextmanager
@@ -143,17 +226,10 @@ def _scratch(folder: str) -> Iterator[None]:
 
 
 def _failure(err: BaseException, out: str, kept: str) -> OSError:
-    """One line for a failed write: LitData reports a writing process's error as a ``RuntimeError``
-    holding that process's traceback; its last line and its ``errno`` say what happened."""
-    text = str(err).strip()
-    found = _ERRNO.search(text)
-    code = int(found.group(1)) if found else getattr(err, "errno", None)
-    if code:
-        reason = os.strerror(code)
-        reason = reason[0].lower() + reason[1:]
-    else:
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        reason = lines[-1] if lines else type(err).__name__
+    """One line for a failed write: what, where, why, and what is left."""
+    if isinstance(err, WriteError):
+        return err
+    code, reason = (err.errno, err.strerror) if isinstance(err, _WriterFailed) else _cause(err)
     return WriteError(f"could not write the shards {out}: {reason} ({kept})", code)
 
 
@@ -228,23 +304,24 @@ def _write_splits(
     target: str, splits: dict[str, list], pack, marker: dict, chunk_mb: float, workers: int, progress: bool, scratch: str
 ) -> None:
     """Each split into ``target/<split>``, its counts into ``marker``."""
-    import litdata
-
+    require_litdata()
     for name, examples in splits.items():
         folder = join(target, name)
-        with _progress(len(examples), progress, f"shards {name}") as counter, _scratch(scratch), _own_children():
+        with _progress(len(examples), progress, f"shards {name}") as counter, _scratch(scratch):
             with warnings.catch_warnings():  # the writing processes are forked inside and keep this filter
                 warnings.filterwarnings("ignore", message="An item was larger than the target chunk size")  # a big file, a chunk
-                litdata.optimize(
-                    fn=_Counted(pack, counter),
-                    inputs=examples,
-                    output_dir=folder,
-                    chunk_bytes=int(chunk_mb * 1e6),
-                    num_workers=min(workers, len(examples)),
-                    keep_data_ordered=True,  # the items keep the order they are given in (the marker's lengths follow it)
-                    reorder_files=False,
-                    start_method="fork",
-                    verbose=False,
+                _optimize(
+                    dict(
+                        fn=_Counted(pack, counter),
+                        inputs=examples,
+                        output_dir=folder,
+                        chunk_bytes=int(chunk_mb * 1e6),
+                        num_workers=min(workers, len(examples)),
+                        keep_data_ordered=True,  # the items keep the order they are given in (the marker's lengths follow it)
+                        reorder_files=False,
+                        start_method="fork",
+                        verbose=False,
+                    )
                 )
         chunks = json.loads((read_file(folder, "index.json") or b"{}").decode("utf-8")).get("chunks", [])
         written = {
@@ -287,7 +364,7 @@ def _write_remote(out: str, splits, pack, marker: dict, chunk_mb: float, workers
             _write_splits(out, splits, pack, marker, chunk_mb, workers, progress, scratch)
             local = Path(scratch, MARKER)
             local.write_text(json.dumps(marker, ensure_ascii=False, indent=1), encoding="utf-8")
-            from litdata.streaming.fs_provider import _get_fs_provider
+            from litdata.streaming.fs_provider import _get_fs_provider  # LitData's clients for s3, gs, r2
 
             _get_fs_provider(join(out, MARKER)).upload_file(str(local), join(out, MARKER))
         except ShardError:
