@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytorch_lightning as pl
 import soundfile as sf
 import torch
 import yaml
@@ -264,6 +265,57 @@ def test_an_undecodable_file_is_skipped_and_named_not_fatal(tiny_synth, tmp_path
     assert sum(batch.batch_size for batch in batches) == len(read_corpus(corpus, "train")) - 1
 
 
+class RecordImages(pl.Callback):
+    """Append each training batch's image indices to ``<out>/images.jsonl`` (loaded by the runs below)."""
+
+    def __init__(self, out: str):
+        self.out = Path(out)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        with self.out.open("a") as f:
+            f.write(json.dumps({"step": trainer.global_step, "images": batch["index"].tolist()}) + "\n")
+
+
+def _caption_fit(shards: Path, run: Path, record: Path, max_steps: int, *extra: str) -> None:
+    config = {
+        "seed_everything": 0,
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_steps": max_steps,
+            "limit_val_batches": 0,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(run),
+            "callbacks": [{"class_path": "test_shards.RecordImages", "init_args": {"out": str(record)}}],
+        },
+        "checkpoint": {"every_n_train_steps": 1},
+        "model": {
+            "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 8, "channels_last": False},
+            "decoder": {"embed_dim": 8, "attention_dim": 8, "hidden_dim": 8},
+            "beam_size": 1,
+            "max_decode_length": 4,
+        },
+        "data": {"shards": str(shards), "image_size": 32, "batch_size": 5, "min_word_freq": 1},
+    }
+    path = run.parent / f"{run.name}-{max_steps}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert caption_main(["fit", "--config", str(path), *extra]) == 0
+
+
+def test_a_captioner_run_stopped_mid_epoch_resumes_from_the_next_unseen_image(caption_shards, tmp_path):
+    _caption_fit(caption_shards, tmp_path / "straight", tmp_path / "straight.jsonl", 8)
+    _caption_fit(caption_shards, tmp_path / "stopped", tmp_path / "stopped.jsonl", 3)  # 3 of the first epoch's 5 batches
+    _caption_fit(caption_shards, tmp_path / "stopped", tmp_path / "stopped.jsonl", 8, "--ckpt_path", "last")
+    straight, stopped = (
+        [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()] for name in ("straight", "stopped")
+    )
+    assert [r["step"] for r in stopped] == list(range(8))  # no batch twice: the resumed run started at step 3
+    assert stopped == straight  # the same images in the same batches, across the end of the first epoch
+    first_epoch = [i for r in straight[:5] for i in r["images"]]
+    assert sorted(first_epoch) == list(range(24))  # every training image once in the first epoch
+
+
 # ----------------------------------------------------------------------------- the stream's position and buckets
 
 
@@ -280,24 +332,35 @@ def _key(item: dict, epoch: int) -> str:
     return item["key"]
 
 
-def test_a_stream_resumed_from_its_state_goes_on_from_the_next_unseen_batch(speech_shards):
+def _take(stream: ShardStream, count: int, state: dict | None = None) -> tuple[list, dict]:
+    """``count`` batches trained on, as Lightning takes them (one batch read ahead of the one trained
+    on), from a stream given ``state``; the batches and the state a checkpoint would then hold."""
+    if state is not None:
+        stream.load_state_dict(json.loads(json.dumps(state)))  # plain data, as in a checkpoint
+    batches = iter(stream)
+    read = [next(batches, None)]
+    for _ in range(count):
+        read.append(next(batches, None))
+        stream.mark_consumed()
+    return read[:count], stream.state_dict()
+
+
+def test_a_stream_stopped_twice_goes_on_each_time_from_the_next_unseen_batch(speech_shards):
     folder = speech_shards / "train"
-    straight = _stream(folder)
     whole = []
+    straight = _stream(folder)
     for batch in straight:
         straight.mark_consumed()
         whole.append(batch)
     for taken in range(1, len(whole)):
-        stopped = _stream(folder)
-        batches = iter(stopped)
-        seen = [next(batches)]
-        for _ in range(taken):  # as Lightning does: one batch read ahead of the one trained on
-            seen.append(next(batches, None))
-            stopped.mark_consumed()
-        state = json.loads(json.dumps(stopped.state_dict()))  # plain data, as in a checkpoint
+        first, state = _take(_stream(folder), taken)
+        more = min(3, len(whole) - taken)  # enough to read past the window it resumed in
+        second, state = _take(_stream(folder), more, state)
         resumed = _stream(folder)
-        resumed.load_state_dict(state)
-        assert seen[:taken] + list(resumed) == whole, f"after {taken} batches"
+        resumed.load_state_dict(json.loads(json.dumps(state)))
+        rest = [] if state["complete"] else list(resumed)  # a stream stopped after its last batch starts the next epoch
+        assert first + second + rest == whole, f"stopped after {taken}, then {more} batches"
+        assert state["complete"] == (taken + more == len(whole))
 
 
 def test_a_position_saved_in_other_shards_is_refused(speech_shards):

@@ -29,6 +29,7 @@ Evaluation (:class:`ShardItems`)
 
 from __future__ import annotations
 
+import copy
 import random
 import struct
 import warnings
@@ -255,7 +256,8 @@ class ShardStream:
         else:
             epoch, state, window_index, skip = self._epoch, None, 0, 0
         if state is not None:
-            self.loader.load_state_dict(state)
+            state = copy.deepcopy(state)  # LitData updates the dict it is given, and returns it as its later states
+            self.loader.load_state_dict(copy.deepcopy(state))
         else:  # the epoch's first window
             self.loader.current_epoch = epoch  # LitData's own count: it starts epoch + 1, each epoch its own order
             self.loader.restore = False  # an earlier resumed epoch that was cut short must not be resumed again
@@ -268,7 +270,7 @@ class ShardStream:
                 yield self.collate(batches[j])
             skip = 0
             window_index += 1
-            state = self.loader.state_dict()
+            state = copy.deepcopy(self.loader.state_dict())  # after a resume LitData returns one dict, updated in place
         if self._yielded:  # the last batch handed out closes the epoch
             epoch_, state_, window_, batches_, _ = self._yielded.pop()
             self._yielded.append((epoch_, state_, window_, batches_, True))
