@@ -34,7 +34,7 @@ from speech_attend.data.shards import write_speech_shards
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
-TIMEOUT = 300  # seconds a run may take, start-up of both ranks included, before the test fails instead of hanging
+TIMEOUT = 600  # seconds a run may take (under a minute on an idle 2-core machine) before the test fails instead of hanging
 STOP_AT = 5  # the step the killed run is held at: past its first window of utterances, mid-epoch
 STEPS = 16  # into the second epoch
 

@@ -6,10 +6,11 @@ For each data set given (a speech corpus, a caption data set), the shards are wr
 (``prepare shards``, unless they are there already), then both training loaders of the app's data
 module, the file-per-sample one (``data.data_dir``) and the streaming one (``data.shards``), read one
 epoch each, side by side and in turns, ``--passes`` times; the last pass is reported, once the files
-are in the page cache for both. Measured: samples (utterances, images) decoded a second per core (the
-loader processes, or the training process when there are none), the seconds from asking for the
-loader to its first batch, and the bytes of the training split on disk (the media files against the
-shard folder). One thread each, as a loader process has. The recognizer's batches are buckets of
+are in the page cache for both. Measured: samples (utterances, images) delivered per second of
+processor time (per core: the training process and its loader processes, whatever else the machine
+runs) and per second of wall time, the seconds from asking for the loader to its first batch, and
+the bytes of the training split on disk (the media files against the shard folder). One thread
+each, as a loader process has. The recognizer's batches are buckets of
 ``--batch-size`` utterances; the captioner's images are resized to ``--image-size``.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -39,19 +41,31 @@ def _size(paths) -> int:
     return sum(os.path.getsize(p) for p in paths)
 
 
-def measure_loader(make: Callable[[], object], count: Callable[[object], int], cores: int) -> dict:
-    """One epoch of the loader ``make()`` returns: samples a second per core, first batch, seconds."""
-    start = time.perf_counter()
-    batches = iter(make())
+def _cpu_seconds() -> float:
+    """Processor seconds of this process and of its ended children (the loader processes of an epoch)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def measure_loader(make: Callable[[], object], count: Callable[[object], int]) -> dict:
+    """One epoch of the loader ``make()`` returns (its data module set up inside): samples per
+    processor second (per core, whatever else the machine runs) and per wall second over the epoch,
+    and the seconds from ``make()`` to the first batch."""
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
+    loader = make()
+    epoch, cpu_epoch = time.perf_counter(), _cpu_seconds()
+    batches = iter(loader)
     first = next(batches)
-    first_seconds = time.perf_counter() - start
+    first_seconds, first_cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
     samples = count(first) + sum(count(batch) for batch in batches)
-    seconds = time.perf_counter() - start
+    del batches, loader  # its loader processes end, and their processor time is counted
+    seconds, cpu = time.perf_counter() - epoch, _cpu_seconds() - cpu_epoch
     return {
         "samples": samples,
-        "seconds": round(seconds, 3),
-        "samples_per_second_per_core": round(samples / seconds / cores, 1),
+        "samples_per_cpu_second": round(samples / cpu, 1),
+        "samples_per_second": round(samples / seconds, 1),
         "first_batch_seconds": round(first_seconds, 3),
+        "first_batch_cpu_seconds": round(first_cpu, 3),
     }
 
 
@@ -110,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.speech and not args.images:
         parser.error("give --speech DIR, --images DIR or both")
     torch.set_num_threads(1)
-    cores = max(1, args.workers)
     sets = {}
     if args.speech:
         sets["speech"] = _speech(args.speech, args.out / "speech", args.workers, args.batch_size)
@@ -121,17 +134,19 @@ def main(argv: list[str] | None = None) -> int:
         measured = {}
         for _ in range(args.passes):  # in turns, so both see the same state of the page cache
             for kind, make in data["loaders"].items():
-                measured[kind] = measure_loader(make, data["count"], cores)
+                measured[kind] = measure_loader(make, data["count"])
         for kind in measured:
             measured[kind]["bytes"] = data["bytes"][kind]
         results[name] = {"items": data["items"], "write_seconds": data["write_seconds"], **measured}
         files, shards = measured["files"], measured["shards"]
+        ratio = shards["samples_per_cpu_second"] / files["samples_per_cpu_second"]
         print(
-            f"{name}: {data['items']} training samples; per core files {files['samples_per_second_per_core']}/s, "
-            f"shards {shards['samples_per_second_per_core']}/s "
-            f"({shards['samples_per_second_per_core'] / files['samples_per_second_per_core']:.2f}x); first batch files "
-            f"{files['first_batch_seconds']} s, shards {shards['first_batch_seconds']} s; bytes files {files['bytes']:,}, "
-            f"shards {shards['bytes']:,}; shards written in {data['write_seconds']} s"
+            f"{name}: {data['items']} training samples; per core-second files {files['samples_per_cpu_second']}, "
+            f"shards {shards['samples_per_cpu_second']} ({ratio:.2f}x); per second files {files['samples_per_second']}, "
+            f"shards {shards['samples_per_second']}; first batch files {files['first_batch_seconds']} s "
+            f"({files['first_batch_cpu_seconds']} s of processor), shards {shards['first_batch_seconds']} s "
+            f"({shards['first_batch_cpu_seconds']} s); bytes files {files['bytes']:,}, shards {shards['bytes']:,}; "
+            f"shards written in {data['write_seconds']} s"
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
