@@ -2,6 +2,7 @@
 
     show-attend fit|validate|test --config configs/show_attend/shapes_soft.yaml [--data.data_dir DIR] ...
     show-attend prepare shapes --out data/shapes [--train N --val N --test N --seed S --image-size PX --max-objects K]
+    show-attend prepare shards --data DIR --out PATH_OR_URL [--split train ...] [--workers N]   (LitData chunks, docs/SHARDS.md)
     show-attend caption --ckpt CKPT_OR_EXPORTED_DIR IMAGE_OR_FOLDER... [--beam-size 5] [--device cuda] [--overlay-dir DIR] [--html DIR] [--json]
     show-attend evaluate --model CKPT_OR_EXPORTED_DIR --data DIR [--split test] [--beam-size N] [--json OUT]
     show-attend export --ckpt CKPT --out DIR [--include-encoder] [--beam-size 5]
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from shared.io.commands import expand_folders, run_app
 from shared.io.devices import check_device
 from shared.io.outputs import output_names, writable_folder
+from shared.io.shards.commands import add_shard_arguments, say_shards, shard_splits
 
 __all__ = ["main"]  # CaptionCLI and EncoderToFeatureCache: show_attend.train.cli
 
@@ -48,7 +50,7 @@ def __getattr__(name: str):
 
 
 def _prepare(args: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Generate built-in data.")
+    parser = argparse.ArgumentParser(prog=f"{PROG} prepare", description="Generate built-in data, or shards of a data set.")
     kinds = parser.add_subparsers(dest="kind", required=True)
     shapes = kinds.add_parser("shapes", help="scenes of coloured shapes with exact captions (Karpathy JSON + PNGs)")
     shapes.add_argument("--out", required=True, help="output folder")
@@ -59,7 +61,32 @@ def _prepare(args: list[str]) -> int:
     shapes.add_argument("--image-size", type=int, default=128, help="image side in pixels (default 128)")
     shapes.add_argument("--max-objects", type=int, default=4, help="most objects per image (default 4)")
     shapes.add_argument("--quiet", action="store_true", help="no progress bar")
+    shards = kinds.add_parser("shards", help="a caption data set as LitData chunks, streamed by data.shards (docs/SHARDS.md)")
+    add_shard_arguments(
+        shards,
+        "a caption data set: a Karpathy split file (COCO, Flickr, shapes), a manifest or an imagefolder",
+        "train, val, test",
+    )
+    shards.add_argument("--json-file", default=None, help="a Karpathy split file in --data, as data.json_file")
+    shards.add_argument("--image-dir", default=None, help="its image folder, as data.image_dir")
     options = parser.parse_args(args)
+    if options.kind == "shards":
+        from show_attend.data.shards import write_caption_shards
+
+        written, counts = write_caption_shards(
+            options.data,
+            options.out,
+            shard_splits(options.split),
+            options.json_file,
+            options.image_dir,
+            options.seed,
+            options.chunk_mb,
+            options.workers,
+            progress=not options.quiet,
+            overwrite=options.overwrite,
+        )
+        say_shards(options.out, written, counts, "images")
+        return 0
     from show_attend.builtin.shapes import prepare_shapes
 
     path = prepare_shapes(

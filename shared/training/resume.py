@@ -5,9 +5,10 @@ checkpoint and restores them on ``fit --ckpt_path``, and numbers the sampler's e
 epoch: the shuffling, the random reference per image, dropout and SpecAugment go on as if the
 run had never stopped. A run resumed from a checkpoint written at the end of an epoch (after its
 validation; see :class:`~shared.training.checkpoints.RunCheckpoints`) therefore ends with the
-same weights as one never interrupted. One resumed from the middle of an epoch does not:
-Lightning starts that epoch's loader again from its first batch (the apps' loaders hold no
-position), so some batches are seen twice.
+same weights as one never interrupted. One resumed from the middle of an epoch is exact too when
+its loader holds a position (``data.shards``: the stream goes on from its next unseen item); the
+apps' folder loaders hold none, so Lightning starts that epoch again from its first batch and
+some batches are seen twice. Under DDP each rank's generators are saved and restored.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from lightning_fabric.utilities.data import _set_sampler_epoch
 
 __all__ = ["ExactResume"]
@@ -71,9 +73,19 @@ class ExactResume(pl.Callback):
         self._resumed_step = -1
 
     def state_dict(self) -> dict[str, Any]:
-        return _random_states()
+        # Every rank draws its own numbers (its batches differ in size), so each rank's states are
+        # kept; ``save_checkpoint`` is collective under DDP, so every rank is here.
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return _random_states()
+        ranks: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, _random_states())
+        return {"ranks": ranks}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "ranks" in state_dict:  # a DDP run's: this rank's own, or rank zero's for a run on other ranks
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+            ranks = state_dict["ranks"]
+            state_dict = ranks[rank] if rank < len(ranks) else ranks[0]
         if state_dict:
             _set_random_states(state_dict)
             self._resumed = state_dict
@@ -87,6 +99,13 @@ class ExactResume(pl.Callback):
         _set_sampler_epoch(trainer.train_dataloader, trainer.current_epoch)
         # Only the epoch that starts right at the checkpoint: after a mid-epoch checkpoint
         # Lightning reruns that epoch without this hook, and the next start is steps later.
+        if self._resumed is not None and trainer.global_step == self._resumed_step:
+            _set_random_states(self._resumed)
+        self._resumed = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        # A run resumed mid-epoch skips ``on_train_epoch_start``; its loader was built and its next
+        # batches fetched since the states were restored, so they are set again at the first step.
         if self._resumed is not None and trainer.global_step == self._resumed_step:
             _set_random_states(self._resumed)
         self._resumed = None

@@ -4,7 +4,9 @@ transform that turns one into the encoder's input tensor.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,11 +18,12 @@ from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 from torchvision import transforms
 
 
-__all__ = ["ImageError", "load_image", "image_size", "image_transform", "ImageTransform", "IMAGENET_MEAN", "IMAGENET_STD"]
+__all__ = ["ImageError", "load_image", "load_image_bytes", "image_size", "image_transform", "ImageTransform", "IMAGENET_MEAN", "IMAGENET_STD"]
 
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _TURNED_ORIENTATIONS = (5, 6, 7, 8)  # EXIF orientations that swap width and height
+_FILE_OBJECT = re.compile(r" ?<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
 
 
 class ImageError(ValueError):
@@ -41,8 +44,24 @@ def load_image(path: str | Path) -> Image.Image:
         raise ImageError(f"{path}: a broken link (to {os.readlink(path)}); expected an image file")
     if not path.is_file():
         raise ImageError(f"{path}: image not found")
+    return _decode(path, path)
+
+
+def load_image_bytes(data: bytes, name: str) -> Image.Image:
+    """:func:`load_image` of a file's bytes already read (a shard's item); errors name ``name``.
+
+    Raises:
+        ImageError: empty, not an image, truncated, or too large to read safely.
+    """
+    if not data:
+        raise ImageError(f"{name}: file is empty (0 bytes); expected an image file")
+    return _decode(io.BytesIO(data), name)
+
+
+def _decode(source: Path | io.BytesIO, path: Path | str) -> Image.Image:
+    """The image of ``source`` (a file or its bytes) as upright 8-bit RGB; errors name ``path``."""
     try:
-        with _open(path) as image:
+        with _open(source) as image:
             image.load()
             ImageOps.exif_transpose(image, in_place=True)
             if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
@@ -79,7 +98,7 @@ def image_size(path: str | Path) -> tuple[int, int]:
 
 
 @contextmanager
-def _open(path: str | Path) -> Iterator[Image.Image]:
+def _open(path: str | Path | io.BytesIO) -> Iterator[Image.Image]:
     """``Image.open`` without Pillow's decompression-bomb warning: images between its limit and
     twice the limit (where it raises) are real photos too (cameras reach 150 megapixels), and the
     warning is two lines of noise on a command line."""
@@ -92,6 +111,7 @@ def _open(path: str | Path) -> Iterator[Image.Image]:
 def _unreadable_image(path: str | Path, err: Exception) -> ImageError:
     """One line for any error Pillow raises: the file, then the first line of Pillow's words."""
     reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    reason = _FILE_OBJECT.sub("", reason)  # Pillow names bytes from a shard by their Python object
     return ImageError(f"{path}: not a readable image ({reason})")
 
 

@@ -7,10 +7,16 @@ training captions (or, when evaluating or resuming a checkpoint, from the checkp
 over by the command line). With ``feature_cache`` set, the loaders serve the cached features of
 the encoder :meth:`CaptionDataModule.use_encoder` was given, computed once when the loaders are
 first asked for, after a checkpoint's weights are in place (:mod:`show_attend.data.feature_cache`).
+
+With ``shards`` set (a folder or URL written by ``show-attend prepare shards``), the images stream
+from LitData chunks instead (:mod:`show_attend.data.shards`): the vocabulary comes from the shards'
+marker, and the training loader's position travels in the checkpoints, so a run stopped mid-epoch
+goes on from the next unseen image. ``data_dir`` is then not read.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -24,6 +30,7 @@ from show_attend.data.dataset import CaptionDataset, build_vocabulary, collate
 from show_attend.data.feature_cache import CachedSplit, FeatureCache
 from show_attend.data.images import image_transform
 from show_attend.data.readers import CaptionRecord, DataError, read_captions
+from show_attend.data.shards import CaptionShards
 
 __all__ = ["CaptionDataModule"]
 
@@ -57,6 +64,9 @@ class CaptionDataModule(pl.LightningDataModule):
             filled on first use. (Default: ``None``)
         vocabulary (list of str or None): the words, when they come from a checkpoint rather
             than from the training captions; set by the command line. (Default: ``None``)
+        shards (str or None): a shard folder or object-store URL written by ``show-attend prepare
+            shards``, streamed instead of ``data_dir`` (module docstring); ``keep_images`` does not
+            apply. (Default: ``None``)
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class CaptionDataModule(pl.LightningDataModule):
         keep_images: bool = False,
         feature_cache: str | None = None,
         vocabulary: list[str] | None = None,
+        shards: str | None = None,
     ):
         super().__init__()
         if image_size < 16 or batch_size < 1:
@@ -82,15 +93,27 @@ class CaptionDataModule(pl.LightningDataModule):
         if feature_cache and augment:
             raise DataError("data.feature_cache stores fixed features, so it cannot be combined with data.augment")
         self.save_hyperparameters(ignore=["vocabulary"])
-        # Relative paths are inside data_dir, so `--data.data_dir` moves a whole config to another copy.
-        self.records, self.source = read_captions(Path(data_dir), json_file or None, image_dir)
+        self.shards = CaptionShards(shards) if shards else None
+        self._stream = None  # the training ShardStream, told which batches are trained on
         self.image_size, self.batch_size = image_size, batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers, self.augment, self.max_caption_length = num_workers, augment, max_caption_length
         self.feature_cache, self.keep_images = feature_cache, keep_images
-        if not any(r.split == "train" for r in self.records):
-            raise DataError(f"{self.source}: no train (or restval) images")
-        self.vocabulary = Vocabulary(vocabulary) if vocabulary else build_vocabulary(self.records, min_word_freq, max_vocab_size)
+        if self.shards is not None:
+            if feature_cache:
+                raise DataError("data.feature_cache is not available with data.shards, which streams the images in chunks")
+            self.records, self.source = [], Path(shards)
+            self.vocabulary = Vocabulary(vocabulary) if vocabulary else self.shards.vocabulary(min_word_freq, max_vocab_size)
+            if vocabulary:  # a checkpoint's: the shards' captions must be written with it
+                self.shards.check_vocabulary(vocabulary, min_word_freq, max_vocab_size)
+        else:
+            # Relative paths are inside data_dir, so `--data.data_dir` moves a whole config to another copy.
+            self.records, self.source = read_captions(Path(data_dir), json_file or None, image_dir)
+            if not any(r.split == "train" for r in self.records):
+                raise DataError(f"{self.source}: no train (or restval) images")
+            self.vocabulary = (
+                Vocabulary(vocabulary) if vocabulary else build_vocabulary(self.records, min_word_freq, max_vocab_size)
+            )
         self._encoder: nn.Module | None = None
         self._cached: dict[str, CachedSplit] = {}
 
@@ -158,7 +181,38 @@ class CaptionDataModule(pl.LightningDataModule):
         self._cached[name] = cached
         return cached
 
+    def setup(self, stage: str | None = None) -> None:
+        if self.shards is not None:  # the splits the stage needs, before any batch is read
+            for name in {"fit": ["train", "val"], "validate": ["val"], "test": ["test"]}.get(stage, ["train", "val", "test"]):
+                self.shards.shards.split(name)
+
+    def _shard_loader(self, name: str):
+        """The training stream or an evaluation loader of the shards (:mod:`show_attend.data.shards`)."""
+        train = name == "train"
+        transform = image_transform(self.image_size, augment=train and self.augment)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # the run's seed_everything: LitData's shuffle, the references drawn
+        decode = self.shards.decoder(transform, self.vocabulary, train, self.max_caption_length, seed)
+        if not train:
+            return DataLoader(
+                self.shards.items(name, decode),
+                batch_size=self.eval_batch_size,
+                num_workers=self.num_workers,
+                collate_fn=collate,
+                persistent_workers=self.num_workers > 0,
+            )
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        self._stream = self.shards.train_stream(decode, collate, self.batch_size, seed, self.num_workers, rank)
+        return self._stream
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """Tells the shards' stream which batch is being trained on (its position)."""
+        if self._stream is not None and self.trainer is not None and self.trainer.training:
+            self._stream.mark_consumed()
+        return batch
+
     def _loader(self, name: str) -> DataLoader:
+        if self.shards is not None:
+            return self._shard_loader(name)
         train = name == "train"
         return DataLoader(
             self.dataset(name),

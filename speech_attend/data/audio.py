@@ -7,8 +7,10 @@ since torchaudio 2.9 it needs TorchCodec and FFmpeg.
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ import soundfile as sf
 import torch
 from torchaudio.functional import resample
 
-__all__ = ["AudioError", "load_audio", "audio_duration", "AUDIO_FORMATS", "MAX_AMPLITUDE"]
+__all__ = ["AudioError", "load_audio", "load_audio_bytes", "audio_duration", "AUDIO_FORMATS", "MAX_AMPLITUDE"]
 
 AUDIO_FORMATS = "WAV, FLAC, OGG or MP3"
 
@@ -50,9 +52,12 @@ def _check_file(path: str | os.PathLike) -> Path:
     return path
 
 
-def _unreadable(path: Path, exc: Exception) -> AudioError:
+_OPENING = re.compile(r"^Error opening <[^>]*>: ")  # libsndfile's prefix for a file object (bytes from a shard)
+
+
+def _unreadable(path: Path | str, exc: Exception) -> AudioError:
     # libsndfile's own words ("Format not recognised", "decoder lost sync") tell the user why.
-    reason = str(exc).replace(f"Error opening {str(path)!r}: ", "").strip() or type(exc).__name__
+    reason = _OPENING.sub("", str(exc).replace(f"Error opening {str(path)!r}: ", "")).strip() or type(exc).__name__
     if "does not exist" in reason:  # libsndfile's words for some unparseable MP3s
         reason = "unrecognised or corrupt data"
     return AudioError(
@@ -80,8 +85,34 @@ def load_audio(path: str | os.PathLike, sample_rate: int = 16000) -> torch.Tenso
     if sample_rate <= 0:
         raise ValueError(f"sample_rate must be a positive number of Hz, got {sample_rate}")
     path = _check_file(path)
+    return _decode(path, path, sample_rate)
+
+
+def load_audio_bytes(data: bytes, name: str, sample_rate: int = 16000) -> torch.Tensor:
+    """:func:`load_audio` of a file's bytes already read (a shard's item), with the same checks.
+
+    Args:
+        data (bytes): the whole file, as it was on disk.
+        name (str): what the errors call it (the file it came from).
+        sample_rate (int, optional): rate of the returned waveform in Hz. (Default: ``16000``)
+
+    Returns:
+        torch.Tensor: float32 waveform with shape `(T,)`.
+
+    Raises:
+        AudioError: empty, not audio, truncated or corrupt, no samples, or samples out of range.
+    """
+    if sample_rate <= 0:
+        raise ValueError(f"sample_rate must be a positive number of Hz, got {sample_rate}")
+    if not data:
+        raise AudioError(f"{name}: file is empty (0 bytes); expected a {AUDIO_FORMATS} audio file")
+    return _decode(io.BytesIO(data), name, sample_rate)
+
+
+def _decode(source: Path | io.BytesIO, path: Path | str, sample_rate: int) -> torch.Tensor:
+    """The waveform of ``source`` (a file or its bytes) at ``sample_rate``; errors name ``path``."""
     try:
-        with sf.SoundFile(path) as f:
+        with sf.SoundFile(source) as f:
             header_frames, native_rate = f.frames, f.samplerate
             data = f.read(dtype="float32", always_2d=True)  # (T, C)
     except (sf.SoundFileError, RuntimeError) as exc:

@@ -12,6 +12,12 @@ With ``feature_cache`` set (a pretrained listener kept frozen), the loaders serv
 encoder's states instead of audio, computed once per split when the loaders are first asked for,
 after a checkpoint's weights are in place (:mod:`speech_attend.data.encoder_cache`); the training
 conditions are drawn into ``cache_views - 1`` further copies of each utterance there.
+
+With ``shards`` set (a folder or URL written by ``speech-attend prepare shards``), the corpus is
+streamed from LitData chunks instead (:mod:`speech_attend.data.shards`): the vocabulary comes from
+the shards' marker, training batches are duration buckets within windows of ``shard_window``
+utterances, the same number on every rank, and the loader's position travels in the checkpoints,
+so a run stopped mid-epoch goes on from the next unseen utterance. ``data_dir`` is then not read.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from speech_attend.data.dataset import Collate, SpeechDataset, build_vocabulary,
 from speech_attend.data.encoder_cache import CachedSpeechDataset, CachedStates, Encode, EncoderCache
 from speech_attend.data.readers import read_corpus
 from speech_attend.data.sampler import BucketBatchSampler
+from speech_attend.data.shards import SpeechShards
 from speech_attend.data.text import OOV_POLICIES, map_out_of_vocabulary, unknown_characters
 
 __all__ = ["SpeechDataModule"]
@@ -44,7 +51,8 @@ class SpeechDataModule(pl.LightningDataModule):
     """Splits, vocabulary and bucketed loaders for a speech corpus.
 
     Args:
-        data_dir (str): the corpus folder (LibriSpeech layout, Common Voice, or manifests).
+        data_dir (str or None): the corpus folder (LibriSpeech layout, Common Voice, or manifests);
+            not read with ``shards``. (Default: ``None``)
         train_split (str, optional): (Default: ``"train"``)
         val_split (str, optional): (Default: ``"dev"``)
         test_split (str, optional): (Default: ``"test"``)
@@ -85,11 +93,18 @@ class SpeechDataModule(pl.LightningDataModule):
             over. (Default: ``None``)
         cache_views (int, optional): copies of each training utterance in the cache: the audio as it
             is, then ``cache_views - 1`` under the training conditions of ``augment``. (Default: ``1``)
+        shards (str or None, optional): a shard folder or object-store URL written by ``speech-attend
+            prepare shards``, streamed instead of ``data_dir`` (module docstring); ``cache_audio`` does
+            not apply, and the batches' count is known only at an epoch's end, so a run needs
+            ``trainer.max_steps``. (Default: ``None``)
+        shard_window (int, optional): training utterances read together and cut into duration buckets;
+            larger windows group lengths more tightly and hold more audio in memory (each loader
+            process two windows). (Default: ``256``)
     """
 
     def __init__(
         self,
-        data_dir: str,
+        data_dir: str | None = None,
         train_split: str = "train",
         val_split: str = "dev",
         test_split: str = "test",
@@ -113,8 +128,21 @@ class SpeechDataModule(pl.LightningDataModule):
         references: bool = False,
         feature_cache: str | None = None,
         cache_views: int = 1,
+        shards: str | None = None,
+        shard_window: int = 256,
     ):
         super().__init__()
+        if shards:
+            streamed = (
+                ("feature_cache", feature_cache),
+                ("max_train_utterances", max_train_utterances),
+                ("curriculum_epochs", curriculum_epochs),
+            )
+            for name, value in streamed:
+                if value:
+                    raise ValueError(f"data.{name} is not available with data.shards, which streams the corpus in chunks")
+        elif not data_dir:
+            raise ValueError("data.data_dir (a corpus folder) or data.shards (a shard folder) is required")
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {oov_policy!r}")
         if augment is not None:
@@ -131,8 +159,10 @@ class SpeechDataModule(pl.LightningDataModule):
         self.hparams.update(augment=None if augment is None else asdict(augment))  # plain data in checkpoints
         self.augment = augment
         self._augmented: AugmentedCollate | None = None
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir) if data_dir else None
         self.datasets: dict[str, SpeechDataset] = {}
+        self._shards: SpeechShards | None = None
+        self._stream = None  # the training ShardStream, told which batches are trained on
         self._vocabulary = Vocabulary(vocabulary) if vocabulary else None
         self._min_samples = 1
         self.feature_cache = feature_cache
@@ -144,13 +174,20 @@ class SpeechDataModule(pl.LightningDataModule):
     def vocabulary(self) -> Vocabulary:
         """The characters of the training text, or the checkpoint's when one was given."""
         if self._vocabulary is None:
-            self._vocabulary = build_vocabulary(self._training_set().texts)
+            shards = self._shard_data()
+            self._vocabulary = shards.vocabulary() if shards else build_vocabulary(self._training_set().texts)
         return self._vocabulary
 
     @property
     def vocabulary_tokens(self) -> list[str]:
         """The vocabulary as a plain list (what the model saves in its checkpoint)."""
         return self.vocabulary.to_dict()["tokens"]
+
+    def _shard_data(self) -> SpeechShards | None:
+        """The checked shard folder of ``data.shards`` (read once), or ``None`` for a corpus folder."""
+        if self.hparams.shards and self._shards is None:
+            self._shards = SpeechShards(self.hparams.shards, self.hparams)
+        return self._shards
 
     def use_encoder(self, encode: Encode, key: dict) -> None:
         """The frozen encoder whose states the cache holds (``waveforms (B, N), lengths (B,) ->
@@ -188,7 +225,9 @@ class SpeechDataModule(pl.LightningDataModule):
             dataset.min_samples = samples
 
     def training_durations(self) -> list[float]:
-        """Seconds of every training utterance used."""
+        """Seconds of every training utterance used (with shards, the longest alone)."""
+        if self._shard_data():
+            return [self._shards.longest()]
         return list(self._training_set().durations)
 
     def _dataset(self, split: str, limit: int | None = None, training: bool = False) -> SpeechDataset:
@@ -217,6 +256,11 @@ class SpeechDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         hp = self.hparams
+        if self._shard_data():
+            given = self._vocabulary is not None  # a checkpoint's: the shards' text must be spelt with it
+            for warning in self._shards.check(stage, self.vocabulary_tokens, checkpoint=given):
+                rank_zero_warn(warning)
+            return
         if stage in ("fit", None):
             self._training_set()
         if stage in ("fit", "validate", None) and "val" not in self.datasets:
@@ -251,6 +295,9 @@ class SpeechDataModule(pl.LightningDataModule):
 
     def statistics_batches(self, max_utterances: int = 2000, batch_size: int = 32) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(waveforms, lengths)`` of up to ``max_utterances`` training utterances, for feature statistics."""
+        if self._shard_data():
+            yield from self._shards.statistics_batches(max_utterances, batch_size, self._min_samples)
+            return
         dataset = self._training_set()
         step = max(1, len(dataset) // max_utterances)  # an even spread over the corpus, the same on every rank
         indices = list(range(0, len(dataset), step))[:max_utterances]
@@ -259,9 +306,36 @@ class SpeechDataModule(pl.LightningDataModule):
             if batch.batch_size:  # unreadable files are left out here too
                 yield batch.waveforms, batch.lengths
 
+    def _collate(self, name: str, step: int) -> Collate:
+        collate_fn = Collate(self.vocabulary)  # transcripts become the speller's ids here, not in the module
+        if name == "train" and self.augment is not None and not self.feature_cache:  # never the validation or test audio
+            collate_fn = self._augmented = AugmentedCollate(
+                collate_fn, self.augment, self.hparams.sample_rate, step, references=self.hparams.references
+            )
+        return collate_fn
+
+    def _shard_loader(self, name: str):
+        """The training stream or an evaluation loader of the shards (:mod:`speech_attend.data.shards`)."""
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        collate_fn = self._collate(name, trainer.global_step if trainer is not None else 0)
+        if name != "train":
+            return self._shards.eval_loader(name, collate_fn, self._min_samples, frozenset(self.vocabulary_tokens), world, rank)
+        if trainer is not None and trainer.max_steps == -1:
+            raise ValueError(
+                "data.shards serves duration buckets whose number per epoch is known only at its end: "
+                "set trainer.max_steps (and trainer.val_check_interval in steps)"
+            )
+        from shared.io.shards.stream import equal_counts  # LitData loads only here
+
+        self._stream = self._shards.train_stream(collate_fn, self._min_samples, rank, equal_counts())
+        return self._stream
+
     def _loader(
         self, name: str, batch_size: int, max_frames: int | None, shuffle: bool, curriculum_epochs: int = 0
     ) -> DataLoader:
+        if self._shard_data():
+            return self._shard_loader(name)
         if name not in self.datasets:
             raise ValueError(f"the {name} split is not set up (call setup first)")
         dataset = self.datasets[name]
@@ -280,12 +354,7 @@ class SpeechDataModule(pl.LightningDataModule):
             curriculum_epochs=curriculum_epochs,
         )
         workers = self.hparams.num_workers
-        collate_fn = Collate(self.vocabulary)  # transcripts become the speller's ids here, not in the module
-        if name == "train" and self.augment is not None and not self.feature_cache:  # never the validation or test audio
-            step = trainer.global_step if trainer is not None else 0
-            collate_fn = self._augmented = AugmentedCollate(
-                collate_fn, self.augment, self.hparams.sample_rate, step, references=self.hparams.references
-            )
+        collate_fn = self._collate(name, trainer.global_step if trainer is not None else 0)
         return DataLoader(
             dataset,
             batch_sampler=sampler,
@@ -296,9 +365,13 @@ class SpeechDataModule(pl.LightningDataModule):
         )
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
-        """Keeps the augmentation's strength on the training step (a few batches late with loader processes)."""
-        if self._augmented is not None and self.trainer is not None and self.trainer.training:
-            self._augmented.set_step(self.trainer.global_step)
+        """Keeps the augmentation's strength on the training step (a few batches late with loader
+        processes), and tells the shards' stream which batch is being trained on (its position)."""
+        if self.trainer is not None and self.trainer.training:
+            if self._augmented is not None:
+                self._augmented.set_step(self.trainer.global_step)
+            if self._stream is not None:
+                self._stream.mark_consumed()
         return batch
 
     def train_dataloader(self) -> DataLoader:
