@@ -1,6 +1,6 @@
 """The main job: train both apps on built-in data and show what they learned.
 
-    python -m scripts.demo.run [--fresh] [--out outputs/demo]
+    python -m scripts.demo.run [--fresh] [--out outputs/demo] [--minutes 10] [--started UNIX_TIME]
 
 Each stage is skipped when its result is already there, so a second run reuses the prepared
 data and trained checkpoints and takes about a minute; ``--fresh`` starts over. Every stage
@@ -13,6 +13,11 @@ tests and examples run while the recognizer is still training. Once one lane is 
 other's training takes every core from its next step (through a threads file that its training
 reads, :class:`~shared.training.threads.ThreadsFromFile`). Their output goes to ``<out>/logs/``; every
 half minute the terminal shows both trainings' steps, read from their runs' ``metrics.csv``.
+
+The whole demo keeps to ``--minutes``, counted from ``--started`` (``make demo`` passes the time it
+began, so installing counts too): each training is given what is left once the stages after it are
+set aside (``--trainer.max_time``). A machine fast enough finishes the configs' steps; a slower one
+stops its trainings early, and the demo says at which step.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import yaml
 from scripts.demo.lanes import Lane
 from scripts.demo.page import build_page
 from shared.training.checkpoints import find_checkpoint
+from shared.training.schedule import max_time
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOW_IMAGES, SPEECH_FILES, EXPLAIN_IMAGES = 6, 6, 24
@@ -45,6 +51,10 @@ CAPTIONER_CONFIG, RECOGNIZER_CONFIG = "configs/show_attend/demo.yaml", "configs/
 _STARTED = time.perf_counter()
 _PRINTING = threading.Lock()
 PROGRESS_EVERY_S = 30
+# Seconds set aside after the trainings: the recognizer's test, transcriptions, failure modes and
+# page; and, within the captioner's lane, its test, captions and attention maps after its fit.
+AFTER_TRAINING_S, CAPTIONER_AFTER_FIT_S = 100, 60
+MIN_TRAINING_S = 60  # a machine already past its budget still trains this long, and says it runs over
 
 
 def _say(text: str) -> None:
@@ -142,6 +152,21 @@ def _fit(module: str, config: str, data_dir: Path, extra: tuple[str, ...] = (), 
     return run, float((run / "train_seconds.txt").read_text())
 
 
+def training_limit(deadline: float, now: float, after: float) -> tuple[float, bool]:
+    """Seconds a training may take so that the stages ``after`` it still end by ``deadline``, and
+    whether that is the floor ``MIN_TRAINING_S`` (the demo will run over its minutes)."""
+    left = deadline - now - after
+    return max(left, MIN_TRAINING_S), left < MIN_TRAINING_S
+
+
+def reached(run: Path, config: str) -> dict:
+    """The steps a finished training made (its last checkpoint's), of its config's ``max_steps``."""
+    import torch
+
+    saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True, mmap=True)
+    return {"steps": int(saved["global_step"]), "max_steps": _max_steps(config)}
+
+
 def _test(module: str, config: str, data_dir: Path, run: Path, extra: tuple[str, ...] = (), lane: Lane | None = None) -> dict:
     """Test a fitted run (unless tested already) with the same ``extra`` settings; its test metrics."""
     if not (run / "test_metrics.json").is_file():
@@ -224,7 +249,7 @@ def prepare_speech(data_dir: Path) -> None:
         _say(f"   reusing {_display(data_dir)}")
 
 
-def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
+def captioner(out: Path, data_dir: Path, lane: Lane | None = None, limit: tuple[str, ...] = ()) -> dict:
     """Make the shapes (unless made), train and test the captioner, caption test images with
     overlays, explain its attention."""
     from shared.evaluation.plots import save_curves
@@ -236,7 +261,7 @@ def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
     # has bf16 units; the recognizer's LSTMs do not (docs/BENCHMARKS.md), so it stays in float32.
     precision = ("--trainer.precision", "bf16-mixed") if _bf16_is_fast() else ()
     follow = lane.fit_options() if lane is not None else ()  # the recognizer's cores, should it be done first
-    run, seconds = _fit("show_attend", config, data_dir, (*precision, *follow), lane)
+    run, seconds = _fit("show_attend", config, data_dir, (*precision, *follow, *limit), lane)
     test = _test("show_attend", config, data_dir, run, precision, lane)
     checkpoint = run / "checkpoints" / "last.ckpt"
 
@@ -266,6 +291,7 @@ def captioner(out: Path, data_dir: Path, lane: Lane | None = None) -> dict:
         "cider": test.get("cider"),
         "pointing_accuracy": test.get("pointing_accuracy"),
         "train_seconds": seconds,
+        **reached(run, config),
     }
     return {
         "metrics": metrics,
@@ -308,7 +334,7 @@ def recognizer(out: Path, data_dir: Path, run: Path, seconds: float) -> dict:
             }
         )
     save_curves(_curves(run, "cer"), out / "curves" / "recognizer.png", "recognizer (synthesised speech)")
-    metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds}
+    metrics = {"wer": test.get("wer"), "cer": test.get("cer"), "train_seconds": seconds, **reached(run, RECOGNIZER_CONFIG)}
     return {
         "metrics": metrics,
         "transcripts": transcripts,
@@ -317,10 +343,11 @@ def recognizer(out: Path, data_dir: Path, run: Path, seconds: float) -> dict:
     }
 
 
-def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
+def train_both(out: Path, data_root: Path, deadline: float) -> tuple[dict, tuple[Path, float]]:
     """The captioner (fit, test, examples) and the recognizer's fit at the same time, each on half
     the cores, their output in ``<out>/logs``; a progress line for both every half minute. The
-    lane done first hands its cores to the other."""
+    lane done first hands its cores to the other. Both fits end in time for the stages after
+    them to end by ``deadline`` (seconds since the epoch)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
     threads = max(1, cores // 2)
     lanes = [
@@ -331,10 +358,17 @@ def train_both(out: Path, data_root: Path) -> tuple[dict, tuple[Path, float]]:
         f"   {threads} thread(s) each, all {cores} to the one still training once the other is done; "
         f"their output: {_display(lanes[0].log)}, {_display(lanes[1].log)}"
     )
+    speech_seconds, over = training_limit(deadline, time.time(), AFTER_TRAINING_S)
+    caption_seconds = training_limit(deadline, time.time(), AFTER_TRAINING_S + CAPTIONER_AFTER_FIT_S)[0]
+    _say(
+        f"   time for training: the recognizer {speech_seconds:.0f} s, the captioner {caption_seconds:.0f} s"
+        + (" (the least the demo trains: it will run over its minutes)" if over else "")
+    )
+    speech_options = (*lanes[1].fit_options(), "--trainer.max_time", max_time(speech_seconds))
     with ThreadPoolExecutor(2) as pool:
         jobs: list[Future] = [
-            pool.submit(captioner, out, data_root / "shapes", lanes[0]),
-            pool.submit(_fit, "speech_attend", RECOGNIZER_CONFIG, data_root / "synth", lanes[1].fit_options(), lanes[1]),
+            pool.submit(captioner, out, data_root / "shapes", lanes[0], ("--trainer.max_time", max_time(caption_seconds))),
+            pool.submit(_fit, "speech_attend", RECOGNIZER_CONFIG, data_root / "synth", speech_options, lanes[1]),
         ]
         pending, next_report = set(jobs), time.perf_counter() + PROGRESS_EVERY_S
         while pending:
@@ -361,7 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "demo", help="where results go")
     parser.add_argument("--data", type=Path, default=ROOT / "data", help="where built-in data is generated")
     parser.add_argument("--fresh", action="store_true", help="delete earlier results and data, start over")
+    parser.add_argument("--minutes", type=float, default=10.0, help="the whole demo's time, set-up included (default 10)")
+    parser.add_argument("--started", type=float, help="when the demo's set-up began, in seconds since the epoch (default: now)")
     args = parser.parse_args(argv)
+    deadline = (args.started if args.started is not None else time.time()) + args.minutes * 60
     out, data_root = args.out.resolve(), args.data.resolve()
     if args.fresh:
         runs = [_run_dir(config) for config in (CAPTIONER_CONFIG, RECOGNIZER_CONFIG)]
@@ -375,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Both apps at once: the captioner (scenes of shapes made, {CAPTIONER_CONFIG} trained, tested with "
         f"beam search, examples captioned, attention against occlusion) and the recognizer ({RECOGNIZER_CONFIG})"
     )
-    captioned, (speech_run, speech_seconds) = train_both(out, data_root)
+    captioned, (speech_run, speech_seconds) = train_both(out, data_root, deadline)
     for example in captioned["captions"]:
         _say(f"   {Path(example['image']).name}: {example['caption']}")
     _stage("Recognizer: test on voices it never heard (beam search), transcribe test files with alignment plots")
@@ -419,10 +456,18 @@ def main(argv: list[str] | None = None) -> int:
     c, r = caption_metrics, speech_metrics
     print(
         f"   captioner : exact match {c['exact_match']:.3f}  BLEU-4 {c['bleu4']:.3f}  CIDEr {c['cider']:.3f}  "
-        f"pointing {c['pointing_accuracy']:.3f}  (trained {c['train_seconds']:.0f} s)"
+        f"pointing {c['pointing_accuracy']:.3f}  ({_trained(c)})"
     )
-    print(f"   recognizer: WER {r['wer']:.3f}  CER {r['cer']:.3f}  (trained {r['train_seconds']:.0f} s)")
+    print(f"   recognizer: WER {r['wer']:.3f}  CER {r['cer']:.3f}  ({_trained(r)})")
+    print(f"   {time.time() - (deadline - args.minutes * 60):.0f} s in all, of {args.minutes * 60:.0f}")
     return 0
+
+
+def _trained(metrics: dict) -> str:
+    said = f"trained {metrics['train_seconds']:.0f} s, {metrics['steps']} steps"
+    if metrics["steps"] < metrics["max_steps"]:
+        said += f" of {metrics['max_steps']}: stopped by the time budget (--minutes)"
+    return said
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ from pathlib import Path
 import torch
 import yaml
 
+from shared.training.schedule import max_time
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "speech_attend" / "broad_las.yaml"
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -177,7 +179,7 @@ def _train(
         "--trainer.default_root_dir",
         str(out / name),
         "--trainer.max_time",
-        _max_time(before / 60 + minutes),
+        max_time(before + minutes * 60),
         "--trainer.enable_progress_bar",
         "false",
         *overrides,
@@ -235,11 +237,6 @@ def record_end(run: Path, start: Path | None = None) -> dict:
         end["start_cpu_seconds"] = float(first.get("fit_cpu_seconds", 0.0))
     (run / SEARCH_END).write_text(json.dumps(end, indent=1) + "\n")
     return end
-
-
-def _max_time(minutes: float) -> str:
-    seconds = int(minutes * 60)
-    return f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def summarise(out: Path, name: str) -> dict | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SCHEDULES", "OptimizerConfig", "warmup_schedule", "with_schedule"]
+__all__ = ["SCHEDULES", "OptimizerConfig", "max_time", "warmup_schedule", "with_schedule"]
 
 SCHEDULES = ("constant", "cosine")
 
@@ -70,3 +70,9 @@ def with_schedule(optimizer: torch.optim.Optimizer, config: OptimizerConfig, tot
     of ``config``, stepped once per optimizer step, for a run of ``total_steps`` steps."""
     scheduler = warmup_schedule(optimizer, config.warmup_steps, total_steps, config.schedule, config.final_lr_fraction)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def max_time(seconds: float) -> str:
+    """``seconds`` as Lightning's ``--trainer.max_time`` reads it, ``DD:HH:MM:SS`` (whole seconds, at least one)."""
+    whole = max(1, int(seconds))
+    return f"{whole // 86400:02d}:{whole % 86400 // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
