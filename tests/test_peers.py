@@ -116,3 +116,15 @@ def test_system_without_its_package_is_skipped_with_what_to_install(tiny_devsets
     assert peers.main(["--devsets", str(tiny_devsets), "--systems", "pocketsphinx"]) == 2  # nothing left to run
     err = capsys.readouterr().err
     assert "pip install pocketsphinx" in err and "Traceback" not in err
+
+
+def test_limit_scores_only_the_first_clips_of_each_group(tiny_devsets, tmp_path, capsys):
+    # both clips in one group: --limit 1 keeps the reader's first
+    both = tmp_path / "both"
+    for group in groups_of(tiny_devsets):
+        shutil.copytree(tiny_devsets / group, both / "one", dirs_exist_ok=True)
+    out = tmp_path / "peers.json"
+    assert peers.main(["--devsets", str(both), "--systems", "pocketsphinx", "--limit", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["groups"]["one"]["utterances"] == 1
+    assert peers.main(["--devsets", str(both), "--systems", "pocketsphinx", "--limit", "0"]) == 2
+    assert "--limit must be at least 1, got 0" in capsys.readouterr().err

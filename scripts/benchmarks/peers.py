@@ -1,6 +1,6 @@
 """Our recognizer beside the ones a user would pick instead, on the same clips, scored the same way.
 
-    python -m scripts.benchmarks.peers --devsets DIR [--groups a,b] [--systems attend,whisper,pocketsphinx]
+    python -m scripts.benchmarks.peers --devsets DIR [--groups a,b] [--limit N] [--systems attend,whisper,pocketsphinx]
                                        [--ckpt MODEL] [--json OUT.json] [--markdown]
 
 ``DIR`` is the output of ``speech-attend prepare devsets`` (groups listed in ``DIR/devsets.json``), or
@@ -236,7 +236,12 @@ def _score(system, paths: list[str], references: list[str], audio_seconds: float
 
 
 def run_benchmark(
-    devsets: Path, groups: list[str], systems: list[str], ckpt: str | os.PathLike = SHIPPED_MODEL, log=None
+    devsets: Path,
+    groups: list[str],
+    systems: list[str],
+    ckpt: str | os.PathLike = SHIPPED_MODEL,
+    log=None,
+    limit: int | None = None,
 ) -> dict:
     """Every group transcribed by every system on one thread, scored and timed.
 
@@ -246,6 +251,8 @@ def run_benchmark(
         systems (list of str): names from :data:`SYSTEMS`, whose packages are installed.
         ckpt (str or PathLike, optional): our model, a ``.ckpt`` or an exported folder. (Default: the shipped one)
         log (callable or None, optional): called with a line of progress. (Default: ``None``)
+        limit (int or None, optional): score only each group's first ``limit`` clips, in the
+            reader's order (speaker, chapter, utterance). (Default: ``None``, all)
 
     Returns:
         dict: ``systems`` (name -> label, model, versions, load and warm-up seconds), ``groups``
@@ -255,7 +262,7 @@ def run_benchmark(
     """
     data = {}
     for group in groups:
-        utterances = read_librispeech(devsets, [group])
+        utterances = read_librispeech(devsets, [group])[:limit]
         paths = [u.audio_path for u in utterances]
         data[group] = (paths, [normalize_for_scoring(u.text) for u in utterances], sum(audio_duration(p) for p in paths))
     results = {
@@ -359,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ckpt", default=str(SHIPPED_MODEL), help="our model: a .ckpt or an exported folder (default: the shipped one)"
     )
+    parser.add_argument("--limit", type=int, help="only the first N clips of each group (default: all)")
     parser.add_argument("--json", type=Path, help="write every number, the command and the machine to this file")
     parser.add_argument("--markdown", action="store_true", help="also print a Markdown table for docs/BENCHMARKS.md")
     args = parser.parse_args(argv)
@@ -388,9 +396,13 @@ def main(argv: list[str] | None = None) -> int:
             systems.remove(name)
     if not systems:
         return _error("no system left to run")
+    if args.limit is not None and args.limit < 1:
+        return _error(f"--limit must be at least 1, got {args.limit}")
 
     try:
-        results = run_benchmark(args.devsets, groups, systems, args.ckpt, log=lambda line: print(line, file=sys.stderr))
+        results = run_benchmark(
+            args.devsets, groups, systems, args.ckpt, log=lambda line: print(line, file=sys.stderr), limit=args.limit
+        )
     except (ValueError, RuntimeError, OSError) as err:  # CorpusError and CheckpointError included
         return _error(str(err).splitlines()[0] if str(err) else type(err).__name__)
 
