@@ -7,23 +7,17 @@ scaled so that its speech level (the 95th percentile of its 10 ms frame power) s
 
 The level step also lifts a quiet file's own noise: a 16-bit file recorded 50 dB too low holds
 its rounding noise about 30 dB under the speech once the level is set, where a file recorded at
-a good level holds none that the log-mel sees. With ``noise_floor_dbfs`` each mel band's power
-gets the expected power of white noise at that level added (a deterministic dither, as Kaldi's
-``dither`` is a random one), so both files sit on the same floor:
+a good level holds none that the log-mel sees. ``rounding_noise`` takes it out of the quiet
+file, where it is known: a file whose samples all lie on the grid of a ``b``-bit file (step
+``q = 2^(1-b)``, 8 <= b <= 16) holds white rounding noise of variance ``q^2 / 12``, which the
+level gain ``g`` scales by ``g^2``. Each mel band's power loses ``rounding_noise`` times its
+expected share (spectral subtraction, Boll 1979), down to at most the fraction
+``rounding_floor`` of itself:
 
-    log(P_m + sigma^2 * sum_n w_n^2 * sum_k F_km + 1e-6),   sigma^2 = 10^(noise_floor_dbfs / 10)
+    P'_m = max(P_m - rounding_noise * (g q)^2 / 12 * sum_n w_n^2 * sum_k F_km,  rounding_floor * P_m)
 
 with ``w`` the analysis window and ``F`` the mel filterbank (``E|X_k|^2 = sigma^2 sum_n w_n^2``
 for white noise of variance ``sigma^2``).
-
-That floor hides the quiet file's noise by putting it in every file. ``rounding_noise`` takes it
-out of the quiet file instead, where it is known: a file whose samples all lie on the grid of a
-``b``-bit file (step ``q = 2^(1-b)``, 8 <= b <= 16) holds white rounding noise of variance
-``q^2 / 12``, which the level gain ``g`` scales by ``g^2``. Each mel band's power loses
-``rounding_noise`` times its expected share (spectral subtraction, Boll 1979), down to at most
-the fraction ``rounding_floor`` of itself:
-
-    P'_m = max(P_m - rounding_noise * (g q)^2 / 12 * sum_n w_n^2 * sum_k F_km,  rounding_floor * P_m)
 
 A file at a good level barely changes (its rounding sits about 80 dB under its speech); audio off
 every grid (resampled, decoded from MP3, augmented) does not change at all.
@@ -109,7 +103,6 @@ class FeatureConfig:
     time_mask_ratio: float = 0.2  # a time mask covers at most this fraction of the utterance (p)
     remove_dc: bool = True  # subtract each utterance's mean sample (a constant offset) first
     level_dbfs: float | None = -20.0  # scale each utterance's speech level to this (None: keep the level)
-    noise_floor_dbfs: float | None = None  # white-noise power floor under the log-mel, after the level step (None: none)
     rounding_noise: float = 1.5  # times a file's expected rounding noise subtracted from each mel band (0: none)
     rounding_floor: float = 0.1  # a band keeps at least this fraction of its power after the subtraction
     utterance_mean: bool = False  # subtract each band's mean over the utterance's loud frames (a fixed colour goes)
@@ -123,8 +116,6 @@ class FeatureConfig:
             raise ValueError(f"time_mask_ratio must be in [0, 1], got {self.time_mask_ratio}")
         if self.level_dbfs is not None and not -60.0 <= self.level_dbfs <= 0.0:
             raise ValueError(f"level_dbfs must be in [-60, 0] dBFS or None, got {self.level_dbfs}")
-        if self.noise_floor_dbfs is not None and not -120.0 <= self.noise_floor_dbfs <= 0.0:
-            raise ValueError(f"noise_floor_dbfs must be in [-120, 0] dBFS or None, got {self.noise_floor_dbfs}")
         if not 0.0 <= self.rounding_noise <= 10.0:
             raise ValueError(f"rounding_noise must be in [0, 10], got {self.rounding_noise}")
         if not 0.0 < self.rounding_floor <= 1.0:
@@ -240,8 +231,6 @@ class LogMel(nn.Module):
         self.rounding_noise, self.rounding_floor = config.rounding_noise, config.rounding_floor
         # These follow from the settings, so they are not saved (state dicts stay as they were).
         self.register_buffer("unit_noise", self.white_noise_power(1.0), persistent=False)
-        floor = 0.0 if config.noise_floor_dbfs is None else 10 ** (config.noise_floor_dbfs / 10)
-        self.register_buffer("floor", self.white_noise_power(floor), persistent=False)
 
     def white_noise_power(self, variance: float) -> torch.Tensor:
         """Each mel band's expected power for white noise of ``variance``, `(n_mels,)`."""
@@ -288,7 +277,7 @@ class LogMel(nn.Module):
         if rounding_variance is not None and self.rounding_noise > 0:  # a variance of 0 leaves the power as it is
             noise = self.rounding_noise * rounding_variance[:, None, None] * self.unit_noise[None, :, None]  # (B, n_mels, 1)
             power = torch.maximum(power - noise, self.rounding_floor * power)
-        features = torch.log(power + self.floor[:, None] + 1e-6).transpose(1, 2)  # (B, T, n_mels)
+        features = torch.log(power + 1e-6).transpose(1, 2)  # (B, T, n_mels)
         frames = self.num_frames(lengths)
         features = features.masked_fill(~lengths_to_mask(frames, features.size(1)).unsqueeze(-1), 0.0)
         # One check covers NaN and infinite samples and a power that overflows float32: the file

@@ -50,7 +50,12 @@ def migrate_hyper_parameters(saved: dict) -> dict:
     current = dict(saved)
     features = current.get("features")
     if isinstance(features, dict):
-        current["features"] = {**_BEFORE_LEVEL_STEPS, **features}
+        features = {**_BEFORE_LEVEL_STEPS, **features}
+        # The white-noise floor under the log-mel was an option no shipped model used; a model
+        # saved with it off computes the same features without it.
+        if features.pop("noise_floor_dbfs", None) is not None:
+            raise ValueError("this model was trained with features.noise_floor_dbfs, which this version no longer computes")
+        current["features"] = features
     return current
 
 
