@@ -1,7 +1,7 @@
 """The weights' moving average (``averaging.decay``): what it holds, what is scored and saved, resume;
 and the soup of several runs (``uniform_soup``, ``scripts/experiments/average_models.py``).
 
-The recognizer's fit and export with it: ``tests/test_recognizer_cli.py``."""
+The recognizer's fit and export with it: ``tests/speech_attend/test_recognizer_cli.py``."""
 
 import re
 from pathlib import Path

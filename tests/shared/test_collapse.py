@@ -20,7 +20,7 @@ from show_attend.model.decoder import DecoderConfig
 from show_attend.model.encoder import EncoderConfig
 from speech_attend.model.las import DecodeConfig, build_recognizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOS, EOS, VOCAB = 0, 3, 5
 
 # ------------------------------------------------------------------ the measure

@@ -204,14 +204,13 @@ def test_a_captioner_decoder_saved_with_split_gate_weights_loads_and_writes_the_
 
 
 def test_a_run_saved_before_the_shared_step_resumes_with_the_same_adam_moments():
-    from test_text_to_ids import CHARS, TINY
-
     from speech_attend.model.features import FeatureConfig
     from speech_attend.model.migrations import optimizer_states_from_lstm_cells
     from speech_attend.train.module import RecognizerModule
+    from tests.helpers import TINY_LAS, TINY_LAS_CHARS
 
     torch.manual_seed(0)
-    module = RecognizerModule(las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS)
+    module = RecognizerModule(las=TINY_LAS, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=TINY_LAS_CHARS)
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3)
     sum(p.square().sum() * (i + 1) for i, p in enumerate(module.parameters())).backward()
     optimizer.step()

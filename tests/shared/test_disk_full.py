@@ -443,7 +443,10 @@ class FillDiskAtStep(pl.Callback):
 def test_a_training_into_a_nearly_full_file_system_stops_in_one_line_keeping_the_checkpoint_and_the_metrics(
     small_disk, tiny_shapes, tmp_path, capsys
 ):
-    fill = {"class_path": "test_disk_full.FillDiskAtStep", "init_args": {"step": 3, "leave": 64 * 1024}}  # room for metrics
+    fill = {
+        "class_path": "tests.shared.test_disk_full.FillDiskAtStep",
+        "init_args": {"step": 3, "leave": 64 * 1024},
+    }  # room for metrics
     config = _caption_config(tmp_path / "c.yaml", tiny_shapes, small_disk, max_steps=9, callbacks=[fill])
     code = caption_main(["fit", "--config", str(config)])
     _assert_stopped_by_a_full_disk(code, capsys.readouterr().err, small_disk / "version_0")

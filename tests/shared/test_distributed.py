@@ -32,7 +32,9 @@ from speech_attend.data.readers import read_corpus
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parent
+ROOT = (
+    Path(__file__).resolve().parents[2]
+)  # on the children's PYTHONPATH: they import this module as tests.shared.test_distributed
 TIMEOUT = 300  # seconds for one DDP run, start-up of both ranks included
 DDP = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
 SINGLE = ["--trainer.devices", "1", "--trainer.strategy", "auto"]
@@ -52,7 +54,7 @@ class RecordTrainingKeys(pl.Callback):
 
 def _run_ddp(app: str, args: list[str]) -> None:
     """``python -m <app>.cli ARGS`` to completion; its output is shown if it fails."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     env.setdefault("OMP_NUM_THREADS", "1")
     result = subprocess.run([sys.executable, "-m", f"{app}.cli", *args], capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
@@ -85,7 +87,9 @@ def recognizer_ddp(tmp_path_factory) -> dict:
                 "enable_progress_bar": False,
                 "enable_model_summary": False,
                 "default_root_dir": str(run),
-                "callbacks": [{"class_path": "test_distributed.RecordTrainingKeys", "init_args": {"out": str(root / "keys")}}],
+                "callbacks": [
+                    {"class_path": "tests.shared.test_distributed.RecordTrainingKeys", "init_args": {"out": str(root / "keys")}}
+                ],
             },
             "model": {
                 "las": {

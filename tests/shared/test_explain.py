@@ -8,7 +8,6 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from tiny import TINY_SPEECH_CONFIG
 
 from shared.evaluation.faithfulness import compare_maps, rank_correlation
 from shared.io.model_files import export_folder
@@ -20,6 +19,7 @@ from show_attend.train.module import CaptionerModule
 from speech_attend.cli import main as speech_attend
 from speech_attend.infer.explain import span_drops
 from speech_attend.model.las import build_recognizer
+from tests.helpers import TINY_SPEECH_CONFIG
 
 
 def test_rank_correlation_and_peaks():

@@ -30,7 +30,7 @@ def _shared_modules_below_training() -> list[str]:
     """The modules of ``shared``'s core, ``io`` and ``evaluation``."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     paths = [p.relative_to(root) for p in (root / "shared").rglob("*.py")]
     paths = [p for p in paths if p.parts[1] != "training"]
     return sorted(".".join(p.with_suffix("").parts).removesuffix(".__init__") for p in paths)
@@ -74,7 +74,7 @@ def _shared_imports() -> list[tuple[str, str, str]]:
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     found = []
     for path in sorted((root / "shared").rglob("*.py")):
         module = ".".join(path.relative_to(root).with_suffix("").parts)
@@ -127,7 +127,7 @@ def _app_imports(app: str) -> dict[str, set[str]]:
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / app
+    root = Path(__file__).resolve().parents[2] / app
     found: dict[str, set[str]] = {}
     for path in root.rglob("*.py"):
         folder = path.relative_to(root).parts[0].removesuffix(".py")
@@ -146,7 +146,7 @@ def _app_imports(app: str) -> dict[str, set[str]]:
 def test_both_apps_have_the_same_folders_and_their_imports_run_only_down():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     folders = {
         app: sorted(p.name for p in (root / app).iterdir() if (p / "__init__.py").is_file())
         for app in ("show_attend", "speech_attend")

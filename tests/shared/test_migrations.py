@@ -6,7 +6,6 @@ import json
 import pytest
 import torch
 import yaml
-from tiny import tiny_speech_config
 
 from shared.io.model_files import export_folder, safe_torch_load
 from show_attend.cli import main as show_attend
@@ -15,6 +14,7 @@ from show_attend.model.captioner import DecodeConfig, build_captioner
 from show_attend.model.migrations import migrate_hyper_parameters
 from speech_attend.cli import main as speech_attend
 from speech_attend.model.las import build_recognizer
+from tests.helpers import tiny_speech_config
 
 _NETWORK = {
     "encoder": {"backbone": "small", "grid_size": 4, "small_channels": 8, "channels_last": False},

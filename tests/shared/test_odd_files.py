@@ -5,8 +5,9 @@ stored sideways with an EXIF orientation, random bytes, a broken link. Audio: 8 
 6 channels, clipped, 20 minutes, one sample, a Unicode name, a header that lies about the
 length, NaN, infinite and absurdly loud samples, random bytes, a broken link, a folder named
 ``x.wav``. Each file gets either a real result or one error line naming it (exit code 2, the
-other files still processed); never a traceback, never a hang. The expectations are those of
-``test_bad_input.py``; the models are its tiny ones, untrained and exported (no fit needed).
+other files still processed); never a traceback, never a hang. The expectations are those of the
+bad-input tests (``test_bad_input.py``); the models are their tiny ones (``tests/helpers.py``), untrained
+and exported (no fit needed).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import pytest
 import soundfile as sf
 import torch
 from PIL import Image, ImageDraw
-from test_bad_input import CAPTION_MODEL, _one_line_error, _tone
-from tiny import TINY_SPEECH_CONFIG
 
 from shared import Vocabulary
 from shared.io.model_files import export_folder
@@ -40,6 +39,7 @@ from speech_attend.data.dataset import SpeechDataset, collate
 from speech_attend.data.readers import Utterance
 from speech_attend.model.features import FeatureConfig, FeatureFrontend
 from speech_attend.model.las import build_recognizer
+from tests.helpers import CAPTION_MODEL, TINY_SPEECH_CONFIG, one_line_error, tone
 
 WORKS = None  # expectation of a file that gives a real result; otherwise a pattern its error line must match
 RATE = 16000
@@ -50,7 +50,7 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    """The tiny captioner and recognizer of test_bad_input, untrained, exported as folders."""
+    """The tiny captioner and recognizer of the bad-input tests, untrained, exported as folders."""
     folder = tmp_path_factory.mktemp("odd_models")
     torch.manual_seed(0)
     captioner = CaptionerModule(["a", "red", "blue", "circle", "square", "left", "of"], image_size=32, **CAPTION_MODEL)
@@ -81,7 +81,7 @@ def _sideways_photo(path: Path) -> Path:
 def _wav_claiming_ten_times_its_length(path: Path) -> Path:
     """1 s of 16-bit PCM whose RIFF and data chunk sizes announce 10 s (as a recorder killed
     before it could rewrite its header leaves them)."""
-    data = (_tone(1.0, RATE) * 32767).astype("<i2").tobytes()
+    data = (tone(1.0, RATE) * 32767).astype("<i2").tobytes()
     claimed = 10 * len(data)
     fmt = struct.pack("<4sIHHIIHH", b"fmt ", 16, 1, 1, RATE, 2 * RATE, 2, 16)
     path.write_bytes(b"RIFF" + struct.pack("<I", 36 + claimed) + b"WAVE" + fmt + b"data" + struct.pack("<I", claimed) + data)
@@ -127,23 +127,23 @@ def odd_audio(tmp_path_factory) -> dict[Path, str | None]:
         files[folder / name] = expected
         return folder / name
 
-    sf.write(add("8_khz.wav"), _tone(1.0, 8000), 8000)
-    sf.write(add("96_khz_6_channels.wav"), _tone(1.0, 96000, channels=6), 96000)
-    sf.write(add("clipped.wav"), np.clip(10 * _tone(1.0, RATE), -1, 1), RATE, subtype="PCM_16")
+    sf.write(add("8_khz.wav"), tone(1.0, 8000), 8000)
+    sf.write(add("96_khz_6_channels.wav"), tone(1.0, 96000, channels=6), 96000)
+    sf.write(add("clipped.wav"), np.clip(10 * tone(1.0, RATE), -1, 1), RATE, subtype="PCM_16")
     twenty_minutes = np.zeros(20 * 60 * RATE)  # silence with a second of tone every 4 minutes
     for minute in range(0, 20, 4):
-        twenty_minutes[minute * 60 * RATE : (minute * 60 + 1) * RATE] = _tone(1.0, RATE)
+        twenty_minutes[minute * 60 * RATE : (minute * 60 + 1) * RATE] = tone(1.0, RATE)
     sf.write(add("20_minutes.flac"), twenty_minutes, RATE)
     sf.write(add("one_sample.wav", "shorter than one listener frame"), np.zeros(1), RATE)
-    sf.write(add("録音 café.wav"), _tone(1.0, RATE), RATE)
+    sf.write(add("録音 café.wav"), tone(1.0, RATE), RATE)
     _wav_claiming_ten_times_its_length(add("header_claims_10_s.wav"))  # read as the 1 s it holds
     all_nan = np.full(RATE, np.nan, np.float32)
     sf.write(add("all_nan.wav", f"{RATE} of {RATE} samples are NaN or infinite"), all_nan, RATE, subtype="FLOAT")
     for name, bad in (("100_nan.wav", np.nan), ("100_inf.wav", np.inf)):
-        wave = _tone(1.0, RATE).astype(np.float32)
+        wave = tone(1.0, RATE).astype(np.float32)
         wave[5000:5100] = bad
         sf.write(add(name, f"100 of {RATE} samples are NaN or infinite"), wave, RATE, subtype="FLOAT")
-    loud = (3e4 * _tone(1.0, RATE)).astype(np.float32)  # integer sample values written as floats
+    loud = (3e4 * tone(1.0, RATE)).astype(np.float32)  # integer sample values written as floats
     sf.write(add("integers_as_floats.wav", "dB over full scale; expected audio in about"), loud, RATE, subtype="FLOAT")
     add("random_bytes.wav", "not a readable audio file").write_bytes(rng.bytes(4096))
     os.symlink(folder / "gone" / "talk.wav", add("broken_link.wav", "a broken link"))
@@ -220,7 +220,7 @@ def test_an_image_over_pillows_bomb_limit_is_a_one_line_error(models, tmp_path, 
     paths = [str(tmp_path / "too_large.png"), str(tmp_path / "large.png")]
     assert show_attend(["caption", "--ckpt", str(models["captioner"]), "--json", *paths]) == 2
     out, err = capsys.readouterr()
-    assert "too large to read safely" in _one_line_error(err, "show-attend")
+    assert "too large to read safely" in one_line_error(err, "show-attend")
     assert [json.loads(line)["image"] for line in out.splitlines()] == paths[1:]
 
 
@@ -271,10 +271,10 @@ def _utterances(folder: Path, waves: dict[str, np.ndarray]) -> list[Utterance]:
 
 @pytest.mark.parametrize("cache", [False, True])
 def test_training_and_evaluation_readers_skip_audio_with_nan_or_infinite_samples(tmp_path, cache):
-    broken = _tone(1.0, RATE)
+    broken = tone(1.0, RATE)
     broken[100:142] = np.nan
     broken[200] = -np.inf
-    utterances = _utterances(tmp_path, {"good.wav": _tone(1.0, RATE), "broken.wav": broken})
+    utterances = _utterances(tmp_path, {"good.wav": tone(1.0, RATE), "broken.wav": broken})
     dataset = SpeechDataset(utterances, RATE, cache=cache)
     batch = collate([dataset[0], dataset[1]])
     assert batch.keys == ["utt-0"] and bool(torch.isfinite(batch.waveforms).all())
@@ -293,7 +293,7 @@ def test_load_audio_refuses_samples_that_would_overflow_on_the_way_to_the_model(
 
 def test_the_front_end_refuses_waveforms_with_nan_inf_or_overflowing_samples():
     frontend = FeatureFrontend(FeatureConfig()).eval()
-    waves = torch.from_numpy(np.stack([_tone(0.5, RATE)] * 3)).float()  # (3, N)
+    waves = torch.from_numpy(np.stack([tone(0.5, RATE)] * 3)).float()  # (3, N)
     lengths = torch.tensor([8000, 8000, 4000])
     features, _ = frontend(waves, lengths)
     assert bool(torch.isfinite(features).all())

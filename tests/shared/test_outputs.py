@@ -62,7 +62,7 @@ def test_a_read_only_folder_is_refused(tmp_path):
 
 
 def test_caption_overlays_of_two_images_of_one_name_do_not_overwrite_each_other(tmp_path, capsys):
-    """The captioner names its overlays as the recognizer names its transcript files (tests/test_transcript_outputs.py)."""
+    """The captioner names its overlays as the recognizer names its transcript files (tests/speech_attend/test_transcript_outputs.py)."""
     from show_attend.cli import main
 
     model = build_captioner(_CAPTIONER)

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 import yaml
-from tiny import tiny_speech_config
+
+from tests.helpers import tiny_speech_config
 
 pytestmark = pytest.mark.slow
 
@@ -108,10 +109,9 @@ def test_recognizer_fit_test_and_resume_print_no_noise(tiny_synth, tmp_path):
 
 def test_output_into_a_closed_pipe_ends_quietly(tiny_synth, tmp_path):
     files = sorted(str(p) for p in (tiny_synth / "test").rglob("*.flac"))
-    from tiny import TINY_SPEECH_CONFIG
-
     from shared.io.model_files import export_folder
     from speech_attend.model.las import build_recognizer
+    from tests.helpers import TINY_SPEECH_CONFIG
 
     hparams = {key: TINY_SPEECH_CONFIG["model"][key] for key in ("las", "decoding")} | {"vocabulary": list("abcdefgh ")}
     model = build_recognizer(hparams)

@@ -41,7 +41,7 @@ from speech_attend.cli import main as speech_main
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]  # on the children's PYTHONPATH: they import this module as tests.shared.test_resume
 TIMEOUT = 300  # seconds a child run may take before the test fails instead of hanging
 
 
@@ -65,7 +65,7 @@ class StallAtStep(pl.Callback):
 
 
 def _env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
 
@@ -117,7 +117,7 @@ def _write_config(path: Path, config: dict, stall_at: int | None = None) -> Path
             **config,
             "trainer": {
                 **config["trainer"],
-                "callbacks": [{"class_path": "test_resume.StallAtStep", "init_args": {"step": stall_at}}],
+                "callbacks": [{"class_path": "tests.shared.test_resume.StallAtStep", "init_args": {"step": stall_at}}],
             },
         }
     path.write_text(yaml.safe_dump(config))

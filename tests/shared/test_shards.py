@@ -287,7 +287,7 @@ def _caption_fit(shards: Path, run: Path, record: Path, max_steps: int, *extra: 
             "enable_progress_bar": False,
             "enable_model_summary": False,
             "default_root_dir": str(run),
-            "callbacks": [{"class_path": "test_shards.RecordImages", "init_args": {"out": str(record)}}],
+            "callbacks": [{"class_path": "tests.shared.test_shards.RecordImages", "init_args": {"out": str(record)}}],
         },
         "checkpoint": {"every_n_train_steps": 1},
         "model": {

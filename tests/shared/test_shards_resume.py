@@ -34,7 +34,9 @@ from speech_attend.data.shards import write_speech_shards
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parent
+ROOT = (
+    Path(__file__).resolve().parents[2]
+)  # on the children's PYTHONPATH: they import this module as tests.shared.test_shards_resume
 TIMEOUT = 600  # seconds a run may take (under a minute on an idle 2-core machine) before the test fails instead of hanging
 STOP_AT = 5  # the step the killed run is held at: past its first window of utterances, mid-epoch
 STEPS = 16  # into the second epoch
@@ -85,7 +87,10 @@ def _config(path: Path, shards: Path, run: Path, keys: Path, stall_at: int = -1)
             "enable_model_summary": False,
             "default_root_dir": str(run),
             "callbacks": [
-                {"class_path": "test_shards_resume.RecordSteps", "init_args": {"out": str(keys), "stall_at": stall_at}}
+                {
+                    "class_path": "tests.shared.test_shards_resume.RecordSteps",
+                    "init_args": {"out": str(keys), "stall_at": stall_at},
+                }
             ],
         },
         "checkpoint": {"every_n_train_steps": 1},
@@ -111,7 +116,7 @@ def _config(path: Path, shards: Path, run: Path, keys: Path, stall_at: int = -1)
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     """``python -m speech_attend.cli ARGS`` in a process group of its own, its output in ``log``."""
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     with log.open("w") as out:
         return subprocess.Popen(

@@ -373,7 +373,9 @@ def test_caption_prints_captions_and_writes_one_overlay_per_image(caption_traine
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["image"] for line in lines] == paths
     for line in lines:
-        assert {"image", "caption", "tokens", "overlay"} <= set(line)  # and the beams with their scores (tests/test_gallery.py)
+        assert {"image", "caption", "tokens", "overlay"} <= set(
+            line
+        )  # and the beams with their scores (tests/show_attend/test_gallery.py)
         assert line["caption"] == " ".join(line["tokens"])
         with Image.open(line["overlay"]) as overlay:
             assert overlay.format == "PNG" and overlay.width > 32

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from test_bad_input import _one_line_error
 
 from shared.io.model_files import CheckpointError, safe_torch_load
 from show_attend.cli import main as show_attend
 from show_attend.data.feature_cache import FeatureCache
 from show_attend.data.readers import DataError, find_image_dir, read_karpathy
 from show_attend.infer.caption import load_captioner
+from tests.helpers import one_line_error
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORDS = "a dog cat man woman runs sits on the grass beach road red blue small big".split()
 # Small enough for a CPU: 64 px images (a 2x2 grid of ResNet-101 features) and a tiny decoder.
 SMALL = [
@@ -225,7 +225,7 @@ def test_a_data_folder_without_its_images_is_one_line_naming_the_folder(flickr8k
             "null",
         ]
     )
-    error = _one_line_error(capsys.readouterr().err, "show-attend")
+    error = one_line_error(capsys.readouterr().err, "show-attend")
     assert code == 2 and str(data) in error and "0000.jpg" in error and "data.image_dir" in error
 
 
@@ -332,5 +332,5 @@ def test_a_left_out_encoder_without_its_weights_file_is_one_line(frozen_run, fli
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     capsys.readouterr()
     assert show_attend(["caption", "--ckpt", str(tmp_path / "m"), str(flickr8k / "Images" / "0010.jpg")]) == 2
-    error = _one_line_error(capsys.readouterr().err, "show-attend")
+    error = one_line_error(capsys.readouterr().err, "show-attend")
     assert "gone.pth: encoder weights file not found" in error

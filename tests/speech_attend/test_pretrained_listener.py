@@ -361,9 +361,9 @@ def test_cached_items_collate_into_a_batch_of_encoded_states(tiny_split, tmp_pat
 
 def test_a_fit_on_cached_states_trains_and_its_export_transcribes(tiny_synth, tiny_encoder_folder, tmp_path, capsys):
     import yaml
-    from tiny import tiny_speech_config
 
     from speech_attend.cli import main
+    from tests.helpers import tiny_speech_config
 
     config = tiny_speech_config(data={"feature_cache": str(tmp_path / "cache"), "cache_views": 2, "cache_audio": None})
     config["model"]["las"] = {

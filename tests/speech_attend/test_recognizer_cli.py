@@ -11,10 +11,10 @@ import soundfile as sf
 import torch
 import yaml
 from safetensors.torch import load_file
-from tiny import tiny_speech_config
 
 from shared.training.averaging import TRAINED_STATE
 from speech_attend.cli import main
+from tests.helpers import tiny_speech_config
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from speech_attend.evaluate.metrics import char_error_rate
 from speech_attend.infer.transcribe import SHIPPED_MODEL, Transcriber
 from speech_attend.model.lm import LM_FILES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLIPS = ROOT / "tests" / "data" / "shipped"
 EXPECTED = json.loads((CLIPS / "expected.json").read_text())
 MAX_MODEL_BYTES = 25 * 1024 * 1024

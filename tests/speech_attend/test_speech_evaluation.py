@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from tiny import TINY_SPEECH_CONFIG
 
 from shared.io.model_files import export_folder
 from speech_attend.builtin.corpus import prepare_synth
@@ -25,6 +24,7 @@ from speech_attend.evaluate import engines
 from speech_attend.evaluate.conditions import apply, parse_condition, parse_conditions
 from speech_attend.evaluate.tune import parse_setting
 from speech_attend.model.las import build_recognizer
+from tests.helpers import TINY_SPEECH_CONFIG
 
 HAVE_ENGINES = shutil.which("flite") is not None and shutil.which("text2wave") is not None
 NO_ENGINES = "flite and festival are Debian packages (apt-get install flite festival festvox-*), not pip installs"

@@ -10,21 +10,9 @@ from shared import Vocabulary
 from speech_attend.data.augment import AugmentConfig, AugmentedCollate
 from speech_attend.data.dataset import Collate, collate, speller_targets
 from speech_attend.model.features import FeatureConfig
-from speech_attend.model.las import LASConfig
 from speech_attend.train.module import RecognizerModule
+from tests.helpers import TINY_LAS, TINY_LAS_CHARS
 
-CHARS = list("abc ")
-TINY = LASConfig(
-    listener_hidden=8,
-    pyramid_layers=2,
-    speller_hidden=16,
-    embedding_dim=8,
-    attention_dim=8,
-    location_filters=2,
-    location_kernel=5,
-    dropout=0.0,
-    ctc_upsample=2,
-)
 SR = 16000
 
 
@@ -47,7 +35,7 @@ def _items(texts: list[str]) -> list[tuple[torch.Tensor, str, str]]:
 
 
 def test_collate_with_a_vocabulary_gives_speller_inputs_outputs_and_label_lengths():
-    vocabulary = Vocabulary(CHARS)
+    vocabulary = Vocabulary(TINY_LAS_CHARS)
     batch = Collate(vocabulary)(_items(["abc ab", "ca", "b", "x"]))  # "x" is not in the vocabulary: <unk>
     sos, eos, unk = vocabulary.sos_id, vocabulary.eos_id, vocabulary.unk_id
     a, b, c = (vocabulary.stoi[ch] for ch in "abc")
@@ -67,14 +55,14 @@ def test_collate_without_a_vocabulary_gives_texts_and_no_ids():
 
 
 def test_empty_transcript_is_just_eos():
-    vocabulary = Vocabulary(CHARS)
+    vocabulary = Vocabulary(TINY_LAS_CHARS)
     inputs, outputs, lengths = speller_targets(["", "ab"], vocabulary)
     assert lengths.tolist() == [0, 2]
     assert inputs[0].tolist() == [vocabulary.sos_id, 0, 0] and outputs[0].tolist() == [vocabulary.eos_id, 0, 0]
 
 
 def test_ids_follow_the_texts_that_training_conditions_empty():
-    vocabulary = Vocabulary(CHARS)
+    vocabulary = Vocabulary(TINY_LAS_CHARS)
     texts = [("abc " * 5)[: 3 + i % 11] for i in range(64)]
     plain = AugmentConfig(
         speed_prob=0, silence_prob=0, reverb_prob=0, noise_prob=0, telephone_prob=0, low_rate_prob=0, gain_prob=0, dc_prob=0
@@ -95,10 +83,14 @@ def test_ids_follow_the_texts_that_training_conditions_empty():
 def test_loss_of_a_batch_is_the_same_as_when_the_module_made_the_ids():
     torch.manual_seed(0)
     module = RecognizerModule(
-        las=TINY, features=FeatureConfig(freq_masks=0, time_masks=0), vocabulary=CHARS, ctc_weight=0.3, guided_attention=0.5
+        las=TINY_LAS,
+        features=FeatureConfig(freq_masks=0, time_masks=0),
+        vocabulary=TINY_LAS_CHARS,
+        ctc_weight=0.3,
+        guided_attention=0.5,
     )
     module.train()
-    batch = Collate(Vocabulary(CHARS))(_items(["abc ab", "ca", "", "b"]))
+    batch = Collate(Vocabulary(TINY_LAS_CHARS))(_items(["abc ab", "ca", "", "b"]))
     old = batch._replace(**dict(zip(("inputs", "outputs", "label_lengths"), _old_targets(batch.texts, module.vocabulary))))
     losses = []
     for which in (batch, old):

@@ -67,10 +67,10 @@ def test_the_transcribe_benchmark_times_the_whole_command_and_the_decode_of_each
     import json
 
     import soundfile as sf
-    from tiny import TINY_SPEECH_CONFIG
 
     from shared.io.model_files import export_folder
     from speech_attend.model.las import build_recognizer
+    from tests.helpers import TINY_SPEECH_CONFIG
 
     config = {
         "vocabulary": list("abcdefghijklmnopqrstuvwxyz' "),

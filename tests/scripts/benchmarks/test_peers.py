@@ -12,7 +12,7 @@ import pytest
 from scripts.benchmarks import peers
 from speech_attend.evaluate.devsets import groups_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED_CLIPS = ROOT / "tests" / "data" / "shipped"
 MODEL = ROOT / "models" / "speech_attend"
 

@@ -1,6 +1,6 @@
 """The demo's results page links only files that exist, with relative links; the demo's two
 training lanes stop together when one fails, and the one still training gets the other's cores
-(the lanes themselves: tests/test_demo_lanes.py)."""
+(the lanes themselves: tests/scripts/demo/test_demo_lanes.py)."""
 
 import os
 import sys

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import torch
-from tiny import TINY_SPEECH_CONFIG
 
 from scripts.demo import failure_modes
 from scripts.experiments import faithfulness
 from shared.io.model_files import export_folder
 from show_attend.train.module import CaptionerModule
 from speech_attend.model.las import build_recognizer
+from tests.helpers import TINY_SPEECH_CONFIG
 
 
 def test_the_three_examples(tiny_synth, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from scripts.gpu import report as gpu_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _metrics(run: Path, losses: list[float]) -> None:
