@@ -11,7 +11,7 @@ code calls it only while :func:`fused_enabled` says so:
   its own.
 
 ``use_fused(False)`` (or the environment variable ``ATTEND_FUSED=0``) runs the plain forms
-everywhere; ``tests/test_attention_core.py`` checks values and gradients of both.
+everywhere; ``tests/shared/test_attention_core.py`` checks values and gradients of both.
 """
 
 from __future__ import annotations

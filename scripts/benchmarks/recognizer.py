@@ -136,7 +136,7 @@ def train_benchmark(cfg: BenchConfig, device) -> dict:
 
 def frontend_benchmark(cfg: BenchConfig, device, rounds: int = 10) -> dict:
     """The feature front end's forward on the training batch, and its mel power computed two ways
-    (the same features, ``tests/test_recordings.py``), in turn: median seconds of each."""
+    (the same features, ``tests/speech_attend/test_recordings.py``), in turn: median seconds of each."""
     model = build_model(cfg, device)
     frontend, logmel = model.frontend, model.frontend.logmel
     waveforms, samples, _ = synthetic_audio(cfg, cfg.batch, torch.Generator().manual_seed(0), cfg.max_frames)

@@ -111,9 +111,9 @@ data_ready() {
 }
 
 if [ "$DEVICE" = cuda ]; then
-  run_stage parity 120 "$OUT/parity.txt" $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_parity.py
+  run_stage parity 120 "$OUT/parity.txt" $PY -m pytest -q -p no:cacheprovider -m gpu tests/shared/test_gpu_parity.py
 else  # no CUDA here: the tests would fail by design; collecting them checks their imports
-  run_stage parity 120 "$OUT/parity.txt" $PY -m pytest -q -p no:cacheprovider -m gpu --collect-only tests/test_gpu_parity.py
+  run_stage parity 120 "$OUT/parity.txt" $PY -m pytest -q -p no:cacheprovider -m gpu --collect-only tests/shared/test_gpu_parity.py
 fi
 say "    $(grep -E 'passed|failed|error|collected|tests? ' "$OUT/parity.txt" | tail -1)"
 
