@@ -5,11 +5,11 @@ from pathlib import Path
 
 import yaml
 from pytorch_lightning.callbacks import Timer
-from tiny import tiny_speech_config
 
 from scripts.demo.run import MIN_TRAINING_S, reached, training_limit
 from shared.training.schedule import max_time
 from speech_attend.cli import main as speech_main
+from tests.helpers import tiny_speech_config
 
 
 def test_a_training_gets_the_time_left_less_the_stages_after_it_and_never_less_than_the_floor():
