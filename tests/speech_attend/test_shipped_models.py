@@ -2,8 +2,10 @@
 the outputs recorded when they were exported (``tests/data/shipped/expected.json``).
 
 The clips are new sentences by speakers the shipped recognizer never heard: an eSpeak voice held
-out of training and the piper voice at a held-out shift. A change that alters what the shipped model writes for them fails here, and the
-recorded outputs and the model card (``models/README.md``) must then be renewed together.
+out of training, the piper voice at a held-out shift, and a person (pocketsphinx-testdata's
+``cards/003.wav``, BSD-2-Clause). A change that alters what the shipped model writes for them
+fails here, and the recorded outputs and the model card (``models/README.md``) must then be
+renewed together.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_digits_and_words_score_the_same():
 
 @pytest.fixture
 def tiny_devsets(tmp_path) -> Path:
-    """Two groups of one shipped clip each, in LibriSpeech layout, listed in devsets.json."""
+    """A group of one shipped clip each (eSpeak, piper, a person), in LibriSpeech layout, listed in devsets.json."""
     expected = json.loads((SHIPPED_CLIPS / "expected.json").read_text())["references"]
     groups = {}
     for clip, text in expected.items():
@@ -76,7 +76,7 @@ def test_runner_scores_every_group_with_every_system(tiny_devsets, tmp_path, cap
     assert "skipping" not in captured.err  # every system ran: none skipped for a missing package
     record = json.loads(out.read_text())
     groups = groups_of(tiny_devsets)
-    assert sorted(record["groups"]) == sorted(groups) and len(groups) == 2
+    assert sorted(record["groups"]) == sorted(groups) and len(groups) == 3
     for group in groups:
         result = record["groups"][group]
         assert result["utterances"] == 1 and result["audio_seconds"] > 0
