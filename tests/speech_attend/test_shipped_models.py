@@ -59,10 +59,10 @@ def test_the_shipped_recognizer_writes_no_words_for_sounds_without_speech(tmp_pa
 
 
 def test_confidences_are_the_spellers_log_probabilities_also_with_the_language_model_fused():
-    # The fused beam score adds the length bonus per character, and went above 0; a confidence
-    # is the speller's own mean log-probability, so at most 0.
-    transcriber = Transcriber.load(SHIPPED_MODEL)
-    assert transcriber.decoding.length_bonus > 0
+    # The fused beam score adds the length bonus per character, and with one goes above 0; a
+    # confidence is the speller's own mean log-probability, so at most 0.
+    transcriber = Transcriber.load(SHIPPED_MODEL, length_bonus=1.0)
+    assert transcriber.decoding.length_bonus > 0 and transcriber.decoding.lm_weight > 0
     for name in sorted(EXPECTED["speech_attend"]):
         segment = transcriber.transcribe(CLIPS / name).segments[0]
         confidences = [segment.confidence, *(w.confidence for w in segment.words)]
