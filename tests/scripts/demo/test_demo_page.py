@@ -171,7 +171,7 @@ def test_demo_training_passes_its_extra_settings_to_fit_and_test(tmp_path, monke
 
 def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp_path, monkeypatch, capsys):
 
-    def failing_captioner(out, data_dir, lane):
+    def failing_captioner(out, data_dir, lane, limit):
         demo._run([sys.executable, "-c", "import sys; print('the captioner broke'); sys.exit(3)"], lane)
 
     started = []
@@ -185,7 +185,7 @@ def test_a_failing_lane_stops_the_demo_with_its_log_and_stops_the_other_lane(tmp
     monkeypatch.setattr(demo, "PROGRESS_EVERY_S", 0.2)
     start = time.perf_counter()
     with pytest.raises(SystemExit) as stopped:
-        demo.train_both(tmp_path / "demo", tmp_path / "data")
+        demo.train_both(tmp_path / "demo", tmp_path / "data", deadline=time.time() + 600)
     assert "exit code 3" in str(stopped.value) and "captioner.log" in str(stopped.value)
     shown = capsys.readouterr().out
     assert "the captioner broke" in shown  # the failing command's log tail is shown, the stopped one's is not
@@ -197,7 +197,8 @@ def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp
 
     seen = {}
 
-    def short_captioner(out, data_dir, lane):
+    def short_captioner(out, data_dir, lane, limit):
+        seen["caption_limit"] = limit
         demo._run([sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"], lane)
 
     def long_fit(module, config, data_dir, extra, lane):
@@ -218,13 +219,20 @@ def test_the_lane_still_training_is_handed_every_core_once_the_other_is_done(tmp
     monkeypatch.setattr(demo, "captioner", short_captioner)
     monkeypatch.setattr(demo, "_fit", long_fit)
     start = time.perf_counter()
-    demo.train_both(tmp_path / "demo", tmp_path / "data")
+    deadline = time.time() + 600
+    demo.train_both(tmp_path / "demo", tmp_path / "data", deadline)
     cores = len(os.sched_getaffinity(0))
-    assert seen["extra"] == (
+    assert seen["extra"][:3] == (
         "--trainer.callbacks+=shared.training.threads.ThreadsFromFile",
         "--trainer.callbacks.path",
         str(stale),
     )
+    # each training is bounded by the time left once the stages after it are set aside
+    speech_limit, caption_limit = seen["extra"][3:], seen["caption_limit"]
+    assert speech_limit[0] == caption_limit[0] == "--trainer.max_time"
+    to_seconds = lambda text: sum(int(part) * unit for part, unit in zip(text.split(":"), (86400, 3600, 60, 1)))  # noqa: E731
+    assert 600 - demo.AFTER_TRAINING_S - 10 <= to_seconds(speech_limit[1]) <= 600 - demo.AFTER_TRAINING_S
+    assert to_seconds(caption_limit[1]) == pytest.approx(to_seconds(speech_limit[1]) - demo.CAPTIONER_AFTER_FIT_S, abs=2)
     assert seen["recognizer"] == [str(max(1, cores // 2)), str(cores)]
     assert time.perf_counter() - start < 25  # handed over when the captioner was done, not at the probe's deadline
 
