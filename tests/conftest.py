@@ -1,6 +1,6 @@
-"""Fixtures shared by the test modules: tiny data made once per session, and the bad-input runs.
+"""Fixtures shared by the test modules: tiny data made once per test run, and the bad-input runs.
 
-Every session fixture here is read-only: a test that damages files (bad-input tests) copies them first.
+Every data fixture made once here is read-only: a test that damages files (bad-input tests) copies them first.
 The bad-input runs (``caption_run``, ``speech_run``) train on such damaged copies, once per module that
 uses them. Helpers that tests call themselves are in ``tests/helpers.py``.
 """

@@ -14,6 +14,7 @@ hang fails the test instead of blocking the suite. Checked:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ from show_attend.builtin.shapes import prepare_shapes
 from show_attend.cli import main as caption_main
 from speech_attend.cli import main as speech_main
 from speech_attend.data.readers import read_corpus
+from tests.helpers import TINY_SPEECH_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -91,20 +93,7 @@ def recognizer_ddp(tmp_path_factory) -> dict:
                     {"class_path": "tests.shared.test_distributed.RecordTrainingKeys", "init_args": {"out": str(root / "keys")}}
                 ],
             },
-            "model": {
-                "las": {
-                    "listener_hidden": 8,
-                    "pyramid_layers": 2,
-                    "speller_hidden": 16,
-                    "embedding_dim": 8,
-                    "attention_dim": 8,
-                    "location_filters": 2,
-                    "location_kernel": 5,
-                    "ctc_upsample": 2,
-                },
-                "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-                "optimizer": {"warmup_steps": 1},
-            },
+            "model": copy.deepcopy(TINY_SPEECH_CONFIG["model"]),
             "data": {"data_dir": str(corpus), "batch_size": 4, "eval_batch_size": 4, "cache_audio": True},
         },
     )

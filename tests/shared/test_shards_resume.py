@@ -14,6 +14,7 @@ batches and holds the run at a chosen step until it is killed.
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -31,6 +32,7 @@ import yaml
 
 from speech_attend.builtin.corpus import prepare_synth
 from speech_attend.data.shards import write_speech_shards
+from tests.helpers import TINY_SPEECH_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -94,20 +96,7 @@ def _config(path: Path, shards: Path, run: Path, keys: Path, stall_at: int = -1)
             ],
         },
         "checkpoint": {"every_n_train_steps": 1},
-        "model": {
-            "las": {
-                "listener_hidden": 8,
-                "pyramid_layers": 2,
-                "speller_hidden": 16,
-                "embedding_dim": 8,
-                "attention_dim": 8,
-                "location_filters": 2,
-                "location_kernel": 5,
-                "ctc_upsample": 2,
-            },
-            "decoding": {"beam_size": 2, "val_beam_size": 1, "max_len_ratio": 1.0},
-            "optimizer": {"warmup_steps": 1},
-        },
+        "model": copy.deepcopy(TINY_SPEECH_CONFIG["model"]),
         "data": {"shards": str(shards), "batch_size": 2, "eval_batch_size": 2, "shard_window": 4, "max_frames": 500},
     }
     path.write_text(yaml.safe_dump(config))
